@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Validates the tidemark Helm chart (helm/tidemark) offline:
+#   helm lint (default values, helm/ci-values.yaml, and values the schema must reject),
+#   helm template, kubeconform -strict against Kubernetes and Prometheus Operator JSON
+#   schemas generated locally, chart contract checks, promtool check/test rules on the
+#   PrometheusRule, the Grafana dashboard JSON, and the metric names used by both against
+#   helm/metric-names.txt.
+# Idempotent. First run: builds helm, kubeconform and promtool from the Go module proxy
+# (nice -n 19) into $TIDEMARK_CACHE/bin and generates the schemas into
+# $TIDEMARK_CACHE/k8s-schemas (TIDEMARK_CACHE defaults to ~/.cache/tidemark). Later runs
+# only check. Needs go and python3 (+ PyYAML, installed with pip if missing).
+# Env: TIDEMARK_HELM_PROMTOOL=skip  skip building promtool (the rules then get a Python
+#                                   YAML + PromQL structural check instead);
+#      TIDEMARK_BIN=/path/tidemark  a built tidemark, to `tidemark validate` the rendered
+#                                   topologies (otherwise looked up in the cargo target dirs).
+# Prints one line per check and ends with "N passed, M failed[, K skipped]"; exits non-zero
+# on any failure.
+set -uo pipefail
+
+HELM_VERSION=v3.22.0
+KUBECONFORM_VERSION=v0.8.0
+PROMETHEUS_MODULE_VERSION=v0.316.0        # github.com/prometheus/prometheus (promtool 3.x)
+K8S_VERSION=1.36.3                        # k8s.io/kubernetes: OpenAPI spec for the schemas
+PROM_OPERATOR_VERSION=v0.85.0             # prometheus-operator: ServiceMonitor/PrometheusRule CRDs
+NAMESPACE=streaming
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$HERE")"
+CHART="$HERE/tidemark"
+CACHE="${TIDEMARK_CACHE:-$HOME/.cache/tidemark}"
+BIN="$CACHE/bin"
+LOGS="$CACHE/logs"
+mkdir -p "$BIN" "$LOGS"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/tidemark-helm-test.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+say() { echo "[helm/test] $*" >&2; }
+die() { say "error: $*"; echo "0 passed, 1 failed"; exit 1; }
+
+# ---- prerequisites ---------------------------------------------------------------------
+command -v go >/dev/null || die "go is not installed (needed to build helm, kubeconform, promtool)"
+command -v python3 >/dev/null || die "python3 is not installed"
+if ! python3 -c 'import yaml' 2>/dev/null; then
+  say "installing PyYAML with pip"
+  python3 -m pip install --quiet pyyaml >/dev/null 2>&1 \
+    || python3 -m pip install --quiet --break-system-packages pyyaml >/dev/null 2>&1 \
+    || die "could not pip install pyyaml"
+fi
+
+# go_tool NAME PACKAGE VERSION [go install flags...]: builds PACKAGE@VERSION once into
+# $BIN/NAME-VERSION and links $BIN/NAME to it.
+go_tool() {
+  local name=$1 pkg=$2 ver=$3 out="$BIN/$1-$3"
+  shift 3
+  if [ ! -x "$out" ]; then
+    say "building $name $ver from the Go module proxy (nice -n 19; minutes on 2 cores; log: $LOGS/$name.log)"
+    local tmp="$BIN/.build-$name"
+    rm -rf "$tmp"
+    if ! (cd "$WORK" && GOBIN="$tmp" GOFLAGS=-mod=mod nice -n 19 go install "$@" "$pkg@$ver") >"$LOGS/$name.log" 2>&1; then
+      tail -n 20 "$LOGS/$name.log" >&2
+      rm -rf "$tmp"
+      return 1
+    fi
+    mv "$tmp/$name" "$out" && rm -rf "$tmp"
+    say "built $out"
+  fi
+  ln -sfn "$name-$ver" "$BIN/$name"
+}
+
+# The ldflags are those of helm's Makefile: its version, and the Kubernetes version that
+# `helm template` assumes without a cluster (client-go v0.37 -> 1.37; else it says 1.20).
+go_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" -ldflags "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
+  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37 \
+  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" \
+  || die "could not build helm"
+go_tool kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" || die "could not build kubeconform"
+HELM="$BIN/helm-$HELM_VERSION"
+KUBECONFORM="$BIN/kubeconform-$KUBECONFORM_VERSION"
+PROMTOOL=""
+if [ "${TIDEMARK_HELM_PROMTOOL:-}" != skip ]; then
+  if go_tool promtool github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_MODULE_VERSION"; then
+    PROMTOOL="$BIN/promtool-$PROMETHEUS_MODULE_VERSION"
+  else
+    say "could not build promtool: falling back to the Python PromQL structural check"
+  fi
+fi
+
+# ---- JSON schemas (no GitHub): from the Kubernetes OpenAPI spec and the CRDs --------------
+# mod_dir MODULE@VERSION: downloads a module (zip from the Go module proxy) and prints its dir.
+mod_dir() {
+  (cd "$WORK" && GOFLAGS=-mod=mod go mod download -json "$1") 2>>"$LOGS/schemas.log" \
+    | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error", "no Dir")))'
+}
+GEN="$HERE/tools/k8s_schemas.py"
+GEN_HASH="$(sha256sum "$GEN" | cut -c1-12)"
+SCHEMAS="$CACHE/k8s-schemas/v$K8S_VERSION-po$PROM_OPERATOR_VERSION-$GEN_HASH"
+if [ ! -f "$SCHEMAS/.complete" ]; then
+  say "generating JSON schemas for Kubernetes v$K8S_VERSION and prometheus-operator $PROM_OPERATOR_VERSION into $SCHEMAS"
+  K8S_DIR="$(mod_dir "k8s.io/kubernetes@v$K8S_VERSION")" || die "could not download k8s.io/kubernetes@v$K8S_VERSION (see $LOGS/schemas.log)"
+  PO_DIR="$(mod_dir "github.com/prometheus-operator/prometheus-operator@$PROM_OPERATOR_VERSION")" \
+    || die "could not download prometheus-operator@$PROM_OPERATOR_VERSION (see $LOGS/schemas.log)"
+  CRDS="$PO_DIR/example/prometheus-operator-crd"
+  rm -rf "$SCHEMAS"
+  python3 "$GEN" --swagger "$K8S_DIR/api/openapi-spec/swagger.json" \
+    --crd "$CRDS/monitoring.coreos.com_servicemonitors.yaml" \
+    --crd "$CRDS/monitoring.coreos.com_prometheusrules.yaml" \
+    --out "$SCHEMAS" >&2 || die "schema generation failed"
+  touch "$SCHEMAS/.complete"
+fi
+SCHEMA_LOCATION="$SCHEMAS/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+
+say "helm $HELM_VERSION, kubeconform $KUBECONFORM_VERSION, promtool ${PROMTOOL:+(prometheus module $PROMETHEUS_MODULE_VERSION)}${PROMTOOL:-not built}, schemas: $SCHEMAS"
+
+# ---- checks ----------------------------------------------------------------------------
+PASS=0; FAIL=0; SKIP=0
+# check NAME CMD...: runs CMD, counts it, shows its output when it fails.
+check() {
+  local name=$1; shift
+  local out="$WORK/check.out"
+  if "$@" >"$out" 2>&1; then
+    PASS=$((PASS + 1)); echo "ok    $name"
+  else
+    FAIL=$((FAIL + 1)); echo "FAIL  $name"; sed 's/^/      /' "$out" | tail -n 40
+  fi
+}
+# check_fails NAME CMD...: CMD must fail (a negative test).
+check_fails() {
+  local name=$1; shift
+  if "$@" >"$WORK/check.out" 2>&1; then
+    FAIL=$((FAIL + 1)); echo "FAIL  $name (was accepted)"
+  else
+    PASS=$((PASS + 1)); echo "ok    $name"
+  fi
+}
+skip() { SKIP=$((SKIP + 1)); echo "skip  $1"; }
+
+KV=(--kube-version "$K8S_VERSION")
+DEF="$WORK/default.yaml"
+CI="$WORK/ci.yaml"
+CIV="$HERE/ci-values.yaml"
+
+check "helm lint (default values)"   "$HELM" lint --strict "${KV[@]}" "$CHART"
+check "helm lint (ci-values.yaml)"   "$HELM" lint --strict "${KV[@]}" "$CHART" -f "$CIV"
+# lint_rejects ARGS...: helm lint must fail, and because of values.schema.json.
+lint_rejects() {
+  local out
+  if out="$("$HELM" lint "$CHART" "$@" 2>&1)"; then echo "accepted: $*"; return 1; fi
+  grep -q "meet the specifications of the schema" <<<"$out" || { echo "$out"; return 1; }
+}
+check "schema rejects an unknown key (replicas)"         lint_rejects --set replicas=3
+check "schema rejects a wrong type (replicaCount=three)"  lint_rejects --set replicaCount=three
+check "schema rejects securityContext.runAsNonRoot=false" lint_rejects --set securityContext.runAsNonRoot=false
+check "schema rejects an empty kafka.bootstrap"          lint_rejects --set kafka.bootstrap=
+check "schema rejects terminationGracePeriodSeconds=5"   lint_rejects --set terminationGracePeriodSeconds=5
+check "schema rejects a bad scrape interval"             lint_rejects --set serviceMonitor.interval=often
+
+# render OUT [helm args...]: helm template into OUT (release "tidemark").
+render() { local out=$1; shift; "$HELM" template tidemark "$CHART" --namespace "$NAMESPACE" "${KV[@]}" "$@" >"$out"; }
+check "helm template (default values)" render "$DEF"
+check "helm template (ci-values.yaml)" render "$CI" -f "$CIV"
+
+kc() { "$KUBECONFORM" -strict -summary -output text -schema-location "$SCHEMA_LOCATION" "$@"; }
+check "kubeconform -strict (default values)" kc "$DEF"
+check "kubeconform -strict (ci-values.yaml, incl. ServiceMonitor/PrometheusRule)" kc "$CI"
+sed 's/^  podManagementPolicy:/  podManagmentPolicy:/' "$CI" > "$WORK/typo.yaml"
+check_fails "kubeconform rejects a misspelt field (schemas are strict)" kc "$WORK/typo.yaml"
+
+check "chart contract (default values)" python3 "$HERE/tools/check_chart.py" rendered "$DEF" "$CHART/values.yaml"
+check "chart contract (ci-values.yaml)" python3 "$HERE/tools/check_chart.py" rendered "$CI" "$CHART/values.yaml" "$CIV"
+check "values.yaml documents every key" python3 "$HERE/tools/check_chart.py" values-doc "$CHART/values.yaml"
+if [ -f "$ROOT/topology/examples/orders.toml" ]; then
+  check "default topology = topology/examples/orders.toml" python3 -c '
+import sys, yaml
+v = yaml.safe_load(open(sys.argv[1]))["topology"]
+f = open(sys.argv[2]).read()
+sys.exit(0 if v == f else "values.yaml topology differs from " + sys.argv[2] + ": copy it again")' \
+    "$CHART/values.yaml" "$ROOT/topology/examples/orders.toml"
+else
+  skip "default topology = topology/examples/orders.toml (file not found)"
+fi
+
+# tidemark validate on the rendered topologies, when a binary is around.
+TM="${TIDEMARK_BIN:-}"
+if [ -z "$TM" ]; then
+  for c in "${CARGO_TARGET_DIR:-}" /var/cache/tidemark/target "$CACHE/target" "$ROOT/target"; do
+    for p in release debug; do
+      [ -n "$c" ] && [ -x "$c/$p/tidemark" ] && { TM="$c/$p/tidemark"; break 2; }
+    done
+  done
+fi
+extract_topology() {
+  python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and "topology.toml" in d.get("data", {}):
+        open(sys.argv[2], "w").write(d["data"]["topology.toml"])' "$1" "$2"
+}
+if [ -n "$TM" ] && [ -s "$DEF" ] && [ -s "$CI" ]; then
+  extract_topology "$DEF" "$WORK/default.toml"; extract_topology "$CI" "$WORK/ci.toml"
+  check "tidemark validate (default topology)" "$TM" validate "$WORK/default.toml"
+  check "tidemark validate (ci-values topology)" "$TM" validate "$WORK/ci.toml"
+else
+  skip "tidemark validate of the rendered topologies (no tidemark binary; set TIDEMARK_BIN)"
+fi
+
+# Alert rules: names, label values, then promtool (or the Python fallback).
+RULES="$WORK/rules/rules.yaml"
+mkdir -p "$WORK/rules" "$WORK/rules-test"
+SANITY=(); [ -z "$PROMTOOL" ] && SANITY=(--sanity)
+check "alert rules: metric names and label values${SANITY:+ + Python PromQL structural check}" \
+  python3 "$HERE/tools/check_monitoring.py" rules "$CI" "$HERE/metric-names.txt" \
+  --out "$RULES" --out-bare "$WORK/rules-test/rules.yaml" "${SANITY[@]}"
+if [ -n "$PROMTOOL" ]; then
+  check "promtool check rules" "$PROMTOOL" check rules "$RULES"
+  cp "$HERE/tests/alerts.test.yaml" "$WORK/rules-test/"
+  check "promtool test rules (helm/tests/alerts.test.yaml)" "$PROMTOOL" test rules "$WORK/rules-test/alerts.test.yaml"
+else
+  skip "promtool check rules / test rules (promtool not built)"
+fi
+check_fails "alert rules: a metric not in metric-names.txt is caught" bash -c \
+  "sed 's/tidemark_backlog_age_seconds{/tidemark_backlog_age_secs{/' '$CI' > '$WORK/badrules.yaml' &&
+   python3 '$HERE/tools/check_monitoring.py' rules '$WORK/badrules.yaml' '$HERE/metric-names.txt'"
+
+# Dashboard.
+check "dashboard JSON parses, backlog age top row, metric names" \
+  python3 "$HERE/tools/check_monitoring.py" dashboard "$CHART/dashboards/tidemark.json" "$HERE/metric-names.txt"
+check "dashboard ConfigMap carries the same JSON" python3 -c '
+import json, sys, yaml
+want = json.load(open(sys.argv[2]))
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1":
+        sys.exit(0 if json.loads(d["data"]["tidemark.json"]) == want else "dashboard JSON differs")
+sys.exit("no dashboard ConfigMap")' "$DEF" "$CHART/dashboards/tidemark.json"
+
+echo
+if [ "$SKIP" -gt 0 ]; then
+  echo "$PASS passed, $FAIL failed, $SKIP skipped"
+else
+  echo "$PASS passed, $FAIL failed"
+fi
+[ "$FAIL" -eq 0 ]

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The full test suite: installs prerequisites, checks formatting and lints, starts a real
+# Apache Kafka on 127.0.0.1, runs every test (unit, black-box), and stops the broker.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. scripts/env.sh
+
+echo "[test] cargo fmt --check" >&2
+cargo fmt --all -- --check
+echo "[test] building (target dir $CARGO_TARGET_DIR)" >&2
+cargo build --release --all-targets --workspace
+echo "[test] cargo clippy -D warnings" >&2
+cargo clippy --release --all-targets --workspace -- -D warnings
+
+export KAFKA_PORT="${KAFKA_PORT:-19092}"
+bash scripts/kafka/kafka.sh start
+trap 'bash scripts/kafka/kafka.sh stop' EXIT
+export TIDEMARK_TEST_BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
+
+echo "[test] cargo test (broker $TIDEMARK_TEST_BOOTSTRAP)" >&2
+cargo test --release --workspace -- --test-threads=2

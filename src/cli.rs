@@ -1,0 +1,189 @@
+//! Command-line interface. Every command and flag is documented here; `--help` prints it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "tidemark", version, about = "Deterministic, crash-safe stateful stream processing for order events")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `tidemark=debug`.
+    #[arg(long, global = true, env = "TIDEMARK_LOG", default_value = "info")]
+    pub log: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the stream processor: join the consumer group and process until SIGTERM/SIGINT.
+    Run(RunArgs),
+    /// Zero-install demo: an in-process mock Kafka cluster, a generated order stream and the
+    /// example topology, with a live status line and a final summary.
+    Demo(DemoArgs),
+    /// Generate a deterministic order-event log (and inventory snapshots) from a seed.
+    Gen(GenArgs),
+    /// Validate a topology file and report every error with its location.
+    Validate {
+        /// The topology file (TOML).
+        file: PathBuf,
+    },
+    /// Create the topology's topics (orders with LogAppendTime, compacted outputs).
+    Topics(TopicsArgs),
+    /// Read results back from the output topics.
+    #[command(subcommand)]
+    Query(QueryCommand),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "TIDEMARK_BOOTSTRAP", default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    /// Extra librdkafka property (repeatable), e.g. `-X security.protocol=SASL_SSL`.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    pub kafka_option: Vec<String>,
+    /// File of librdkafka properties (`key=value` lines), e.g. TLS/SASL settings from a Secret.
+    #[arg(long, env = "TIDEMARK_KAFKA_CONFIG")]
+    pub kafka_config: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The topology file.
+    #[arg(long, env = "TIDEMARK_TOPOLOGY")]
+    pub topology: PathBuf,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// Consumer group id.
+    #[arg(long, env = "TIDEMARK_GROUP", default_value = "tidemark")]
+    pub group: String,
+    /// Static group member id (the pod name in a StatefulSet).
+    #[arg(long, env = "TIDEMARK_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+    /// RocksDB state directory (a PersistentVolume in Kubernetes).
+    #[arg(long, env = "TIDEMARK_STATE_DIR", default_value = "./state")]
+    pub state_dir: PathBuf,
+    /// Create missing topics at start (replication factor below).
+    #[arg(long)]
+    pub create_topics: bool,
+    #[arg(long, default_value_t = 1)]
+    pub replication: i32,
+    /// Exit once every assigned partition reached the end of the log (batch-like runs, tests).
+    #[arg(long)]
+    pub exit_at_end: bool,
+    /// Print a status line every N seconds (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub status_every: u64,
+    /// Accept rebuilding a partition that has no local state from a log whose head was
+    /// deleted (the rebuilt state then misses those records).
+    #[arg(long)]
+    pub allow_partial_rebuild: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Order-topic records to generate.
+    #[arg(long, default_value_t = 200_000)]
+    pub events: u64,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Where the demo keeps its RocksDB state (deleted first).
+    #[arg(long, default_value = "./.tidemark/demo-state")]
+    pub state_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct GenArgs {
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Order-topic records (including duplicates and malformed ones).
+    #[arg(long, default_value_t = 100_000)]
+    pub events: u64,
+    /// Simulated events per second (spacing of event times).
+    #[arg(long, default_value_t = 20_000.0)]
+    pub rate: f64,
+    /// Simulated start time (RFC 3339) or `now`.
+    #[arg(long, default_value = "2026-11-28T00:00:00Z")]
+    pub start: String,
+    /// Spike profile `AT_S:DURATION_S:FACTOR`, e.g. `60:30:10`.
+    #[arg(long)]
+    pub spike: Option<String>,
+    #[arg(long, default_value_t = 0.02)]
+    pub late_fraction: f64,
+    /// Maximum lateness, e.g. `6h`.
+    #[arg(long, default_value = "6h")]
+    pub max_lateness: String,
+    #[arg(long, default_value_t = 0.01)]
+    pub dup_fraction: f64,
+    #[arg(long, default_value_t = 0.001)]
+    pub malformed_fraction: f64,
+    #[arg(long, default_value_t = 0.5)]
+    pub v2_fraction: f64,
+    #[arg(long, default_value_t = 2000)]
+    pub skus: u32,
+    #[arg(long, default_value_t = 12)]
+    pub stores: u32,
+    #[arg(long, default_value_t = 50_000)]
+    pub open_orders: u32,
+    /// One inventory snapshot every N order events (0 = none).
+    #[arg(long, default_value_t = 1000)]
+    pub inventory_every: u64,
+    /// Pad events to about this many bytes (0 = no padding).
+    #[arg(long, default_value_t = 1024)]
+    pub event_bytes: usize,
+    /// Write records to this file (`topic<TAB>key<TAB>value` lines) instead of Kafka.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Orders topic (when producing to Kafka).
+    #[arg(long, default_value = "orders")]
+    pub orders_topic: String,
+    /// Inventory topic (when producing to Kafka).
+    #[arg(long, default_value = "inventory")]
+    pub inventory_topic: String,
+    /// Pace production in wall-clock time at the simulated rate (open loop) instead of as
+    /// fast as possible.
+    #[arg(long)]
+    pub paced: bool,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct TopicsArgs {
+    #[arg(long, env = "TIDEMARK_TOPOLOGY")]
+    pub topology: PathBuf,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    #[arg(long, default_value_t = 1)]
+    pub replication: i32,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QueryCommand {
+    /// Exact dashboard totals per window, store and currency, read from the dashboard topic.
+    Dashboard(QueryDashboardArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct QueryDashboardArgs {
+    #[arg(long, env = "TIDEMARK_TOPOLOGY")]
+    pub topology: PathBuf,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// Only this store.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Only windows starting at or after this instant (RFC 3339).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Only windows starting before this instant (RFC 3339).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// `table` (human) or `json` (one object per line).
+    #[arg(long, default_value = "table")]
+    pub format: String,
+    /// Print per-partition partials instead of combined totals.
+    #[arg(long)]
+    pub partials: bool,
+}

@@ -1,0 +1,6 @@
+//! One module per CLI command.
+
+pub mod demo;
+pub mod gen;
+pub mod query;
+pub mod run;

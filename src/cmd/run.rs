@@ -1,0 +1,74 @@
+//! `tidemark run`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tidemark_topology::config;
+use tracing::info;
+
+use crate::cli::{KafkaArgs, RunArgs};
+use crate::engine::Stats;
+use crate::kafka::{admin, KafkaSettings};
+use crate::{status, stream};
+
+pub fn settings(k: &KafkaArgs) -> anyhow::Result<KafkaSettings> {
+    let mut s = KafkaSettings::new(&k.bootstrap);
+    if let Some(f) = &k.kafka_config {
+        s = s.with_file(f).map_err(anyhow::Error::msg)?;
+    }
+    s.with_pairs(&k.kafka_option).map_err(anyhow::Error::msg)
+}
+
+/// Sets `stop` on SIGTERM or SIGINT; a second signal exits at once.
+pub fn install_signal_handler(rt: &tokio::runtime::Runtime, stop: Arc<AtomicBool>) {
+    rt.spawn(async move {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
+        for round in 0.. {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+            if round > 0 {
+                eprintln!("tidemark: second signal, exiting without final commit");
+                std::process::exit(130);
+            }
+            info!("signal received: finishing the batch, committing, leaving the group");
+            stop.store(true, Ordering::Relaxed);
+        }
+    });
+}
+
+pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let topology = config::load(&args.topology)?;
+    let settings = settings(&args.kafka)?;
+    if args.create_topics {
+        let created = rt.block_on(admin::ensure_topics(&settings, &topology, args.replication))?;
+        if !created.is_empty() {
+            info!(topics = ?created, "created topics");
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    install_signal_handler(rt, Arc::clone(&stop));
+    let stats = Arc::new(Stats::default());
+    let printer = (args.status_every > 0)
+        .then(|| status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(args.status_every)));
+    let started = Instant::now();
+    let result = stream::run(stream::StreamOptions {
+        settings,
+        topology,
+        state_dir: args.state_dir,
+        group_id: args.group,
+        instance_id: args.instance_id,
+        stop: Arc::clone(&stop),
+        stats: Arc::clone(&stats),
+        exit_at_end: args.exit_at_end.then(|| Arc::new(AtomicBool::new(true))),
+        allow_partial_rebuild: args.allow_partial_rebuild,
+    });
+    stop.store(true, Ordering::Relaxed);
+    if let Some(p) = printer {
+        let _ = p.join();
+    }
+    eprintln!("tidemark: {}", status::summary(&stats, started.elapsed()));
+    result
+}

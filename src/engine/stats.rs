@@ -1,0 +1,26 @@
+//! Process-wide counters read by the status line, the summary and the metrics exporter.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub records: AtomicU64,
+    pub events_applied: AtomicU64,
+    pub dedup_hits: AtomicU64,
+    pub dead_letters: AtomicU64,
+    pub late: AtomicU64,
+    pub outputs: AtomicU64,
+    pub commits: AtomicU64,
+    /// Sum of consumer lag over assigned partitions, from librdkafka statistics.
+    pub lag: AtomicI64,
+}
+
+impl Stats {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,219 @@
+//! One source partition's processing: normalise, deduplicate, window, aggregate.
+//!
+//! A task works in two steps per commit interval:
+//! 1. [`PartitionTask::ingest`] each polled record in offset order: normalise it (bad input
+//!    goes to the dead-letter output at once), advance the watermark, decide lateness, and
+//!    keep the event pending.
+//! 2. [`PartitionTask::finish`] at the commit point: look up every pending event id in one
+//!    batched read, apply the new events to the in-memory aggregates, emit the changed
+//!    aggregates, expire windows past retention, and stage all of it plus the new checkpoint
+//!    into the commit batch.
+//!
+//! Every decision depends only on the records and their order within the partition, never on
+//! where a commit interval happened to end, so a replay after a crash reproduces the same
+//! state, versions and outputs.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
+use tidemark_topology::dashboard::{self, DashAgg, DashKey};
+use tidemark_topology::event::CanonicalEvent;
+use tidemark_topology::normalize::normalize_order;
+use tidemark_topology::window::{window_start, Watermark, WindowPolicy};
+
+use super::output::{OutputRecord, Sink};
+use super::stats::Stats;
+
+/// A source record as the engine sees it, borrowed from the consumer's buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceRecord<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub append_ms: i64,
+    pub offset: i64,
+}
+
+/// What a task needs from the topology.
+#[derive(Clone, Debug)]
+pub struct TaskConfig {
+    pub topic: String,
+    pub window: WindowPolicy,
+    pub dedup_retention_ms: i64,
+}
+
+struct Pending {
+    event: CanonicalEvent,
+    append_ms: i64,
+    /// Original bytes and offset, kept only when the event is beyond retention (rare).
+    late: Option<(Option<Vec<u8>>, Vec<u8>, i64)>,
+}
+
+struct Entry {
+    agg: DashAgg,
+    dirty: bool,
+}
+
+pub struct PartitionTask {
+    id: PartitionId,
+    cfg: TaskConfig,
+    checkpoint: Checkpoint,
+    watermark: Watermark,
+    pending: Vec<Pending>,
+    aggs: BTreeMap<DashKey, Entry>,
+    uncommitted: bool,
+}
+
+impl PartitionTask {
+    /// Rebuilds the task from its last checkpoint: progress and every live aggregate.
+    pub fn restore(store: &Store, id: PartitionId, cfg: TaskConfig) -> Result<Self, StateError> {
+        let checkpoint = store.checkpoint(id)?.unwrap_or_default();
+        let mut aggs = BTreeMap::new();
+        for (k, v) in store.load_aggregates(id, Namespace::Dashboard)? {
+            let key: DashKey = codec::decode("dashboard key", &k)?;
+            let agg: DashAgg = codec::decode("dashboard aggregate", &v)?;
+            aggs.insert(key, Entry { agg, dirty: false });
+        }
+        Ok(PartitionTask {
+            id,
+            cfg,
+            watermark: Watermark::from_max_event(checkpoint.max_event_ms),
+            checkpoint,
+            pending: Vec::new(),
+            aggs,
+            uncommitted: false,
+        })
+    }
+
+    pub fn id(&self) -> PartitionId {
+        self.id
+    }
+
+    /// The next offset this task expects; records below it are already in the state.
+    pub fn next_offset(&self) -> i64 {
+        self.checkpoint.next_offset
+    }
+
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+
+    /// True when records were ingested since the last [`PartitionTask::finish`].
+    pub fn has_uncommitted(&self) -> bool {
+        self.uncommitted
+    }
+
+    /// Step 1 for one record. Returns `false` when the record was already processed.
+    pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
+        if rec.offset < self.checkpoint.next_offset {
+            return false;
+        }
+        self.uncommitted = true;
+        self.checkpoint.next_offset = rec.offset + 1;
+        self.checkpoint.max_append_ms = self.checkpoint.max_append_ms.max(rec.append_ms);
+        self.checkpoint.records += 1;
+        Stats::add(&stats.records, 1);
+        let source = (self.cfg.topic.as_str(), self.id.partition, rec.offset, rec.append_ms);
+        let value = rec.value.unwrap_or_default();
+        let event = match normalize_order(value, rec.append_ms) {
+            Ok(event) => event,
+            Err(rejection) => {
+                Stats::add(&stats.dead_letters, 1);
+                out.push(OutputRecord::side_output(
+                    Sink::DeadLetter,
+                    source,
+                    rec.key,
+                    value,
+                    rejection.reason.as_str(),
+                    rejection.detail,
+                ));
+                return true;
+            }
+        };
+        // Lateness is judged against the watermark before this event, so it depends only on
+        // the events before it in the partition.
+        let wm = self.watermark.value(self.cfg.window.allowed_lateness_ms);
+        let start = window_start(event.event_time_ms, self.cfg.window.size_ms);
+        let late =
+            self.cfg.window.expired(start, wm).then(|| (rec.key.map(<[u8]>::to_vec), value.to_vec(), rec.offset));
+        self.watermark.observe(event.event_time_ms);
+        self.pending.push(Pending { event, append_ms: rec.append_ms, late });
+        true
+    }
+
+    /// Step 2: dedup, apply, emit and stage the commit. Clears the pending events.
+    pub fn finish(
+        &mut self,
+        store: &Store,
+        batch: &mut CommitBatch<'_>,
+        out: &mut Vec<OutputRecord>,
+        stats: &Stats,
+    ) -> Result<(), StateError> {
+        self.uncommitted = false;
+        let pending = std::mem::take(&mut self.pending);
+        let ids: Vec<&str> = pending.iter().map(|p| p.event.event_id.as_str()).collect();
+        let stored = store.dedup_lookup(self.id, &ids)?;
+        let mut seen_now: HashMap<&str, i64> = HashMap::with_capacity(pending.len());
+        let size_ms = self.cfg.window.size_ms;
+        for (p, first_seen) in pending.iter().zip(stored) {
+            let id = p.event.event_id.as_str();
+            let first_seen = seen_now.get(id).copied().or(first_seen);
+            if first_seen.is_some_and(|t| p.append_ms - t <= self.cfg.dedup_retention_ms) {
+                Stats::add(&stats.dedup_hits, 1);
+                continue;
+            }
+            seen_now.insert(id, p.append_ms);
+            batch.put_dedup(self.id, id, p.append_ms);
+            if let Some((key, value, offset)) = &p.late {
+                Stats::add(&stats.late, 1);
+                out.push(OutputRecord::side_output(
+                    Sink::Late,
+                    (self.cfg.topic.as_str(), self.id.partition, *offset, p.append_ms),
+                    key.as_deref(),
+                    value,
+                    "beyond_retention",
+                    format!("event time {} is past window retention", dashboard::rfc3339_ms(p.event.event_time_ms)),
+                ));
+                continue;
+            }
+            Stats::add(&stats.events_applied, 1);
+            if let Some(key) = dashboard::key_for(&p.event, size_ms) {
+                let entry = self.aggs.entry(key).or_insert_with(|| Entry { agg: DashAgg::default(), dirty: false });
+                dashboard::apply(&mut entry.agg, &p.event, p.append_ms);
+                entry.dirty = true;
+            }
+        }
+
+        for (key, entry) in self.aggs.iter_mut().filter(|(_, e)| e.dirty) {
+            entry.dirty = false;
+            batch.put_aggregate(self.id, Namespace::Dashboard, &codec::encode(key), &codec::encode(&entry.agg));
+            out.push(OutputRecord {
+                sink: Sink::Dashboard,
+                key: Some(dashboard::record_key(key, self.id.partition).into_bytes()),
+                value: dashboard::record_bytes(key, self.id.partition, &entry.agg, size_ms),
+                headers: Vec::new(),
+            });
+        }
+
+        let wm = self.watermark.value(self.cfg.window.allowed_lateness_ms);
+        while let Some(entry) = self.aggs.first_entry() {
+            if !self.cfg.window.expired(entry.key().window_start_ms, wm) {
+                break;
+            }
+            batch.delete_aggregate(self.id, Namespace::Dashboard, &codec::encode(entry.key()));
+            entry.remove();
+        }
+
+        self.checkpoint.max_event_ms = self.watermark.max_event_ms();
+        batch.put_checkpoint(self.id, &self.checkpoint);
+        Ok(())
+    }
+
+    /// After the batch is durable: allow compaction to drop dedup entries that can never
+    /// match again. Append times may step back a little (leader change, clock correction),
+    /// hence the margin.
+    pub fn committed(&self, store: &Store) {
+        const APPEND_TIME_MARGIN_MS: i64 = 3_600_000;
+        let horizon = self.checkpoint.max_append_ms - self.cfg.dedup_retention_ms - APPEND_TIME_MARGIN_MS;
+        store.set_dedup_horizon(self.id, horizon);
+    }
+}

@@ -1,0 +1,118 @@
+//! The output producer. Outputs are produced before the state commit that covers them and
+//! the commit waits for every acknowledgement: a crash in between replays the same inputs
+//! from the old checkpoint and produces the same records again (upserts are idempotent).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::ClientContext;
+use tidemark_topology::config::Topology;
+use tracing::error;
+
+use super::KafkaSettings;
+use crate::engine::{OutputRecord, Sink};
+
+#[derive(Default)]
+pub struct DeliveryContext {
+    failed: AtomicU64,
+}
+
+impl ClientContext for DeliveryContext {}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            error!(error = %e, "output record not delivered");
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+pub struct OutputSink {
+    producer: BaseProducer<DeliveryContext>,
+    dashboard: String,
+    dead_letter: String,
+    late: String,
+}
+
+impl OutputSink {
+    pub fn new(settings: &KafkaSettings, t: &Topology) -> anyhow::Result<Self> {
+        let producer = settings
+            .client_config()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("compression.type", "lz4")
+            .set("message.timeout.ms", "300000")
+            .set("queue.buffering.max.messages", "1000000")
+            .create_with_context(DeliveryContext::default())?;
+        Ok(OutputSink {
+            producer,
+            dashboard: t.dashboard.topic.clone(),
+            dead_letter: t.dead_letter.topic.clone(),
+            late: t.late.topic.clone(),
+        })
+    }
+
+    fn topic(&self, sink: Sink) -> &str {
+        match sink {
+            Sink::Dashboard => &self.dashboard,
+            Sink::DeadLetter => &self.dead_letter,
+            Sink::Late => &self.late,
+        }
+    }
+
+    /// Queues records for delivery, waiting for room when the local queue is full.
+    pub fn send_all(&self, records: &mut Vec<OutputRecord>) -> anyhow::Result<()> {
+        for r in records.drain(..) {
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+            }
+            let mut record: BaseRecord<'_, [u8], [u8]> =
+                BaseRecord::to(self.topic(r.sink)).payload(&r.value[..]).headers(headers);
+            if let Some(k) = &r.key {
+                record = record.key(&k[..]);
+            }
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        self.producer.poll(Duration::from_millis(50));
+                    }
+                    Err((e, _)) => anyhow::bail!("producing to {}: {e}", self.topic(r.sink)),
+                }
+            }
+        }
+        self.producer.poll(Duration::ZERO);
+        Ok(())
+    }
+
+    /// Waits until every queued record is acknowledged. An error means some record was not
+    /// delivered: the caller must not commit the state that produced it.
+    pub fn flush(&self) -> anyhow::Result<()> {
+        loop {
+            match self.producer.flush(Duration::from_secs(10)) {
+                Ok(()) => break,
+                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {
+                    tracing::warn!(
+                        in_flight = self.producer.in_flight_count(),
+                        "outputs not yet acknowledged; waiting"
+                    );
+                }
+                Err(e) => anyhow::bail!("flushing outputs: {e}"),
+            }
+        }
+        let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
+        if failed > 0 {
+            anyhow::bail!("{failed} output record(s) were not delivered; state not committed");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,19 @@
+//! The tidemark runtime: wires the pure topology model and the state store to Kafka, HTTP
+//! and the command line.
+//!
+//! Module map:
+//! - [`cli`]: every command and flag (clap).
+//! - [`cmd`]: one module per command (`run`, `demo`, `gen`, `query`).
+//! - [`engine`]: per-partition tasks: normalise, dedup, window, aggregate; no Kafka inside.
+//! - [`stream`]: the stream thread: poll, ingest, commit (outputs, then state + offsets).
+//! - [`kafka`]: client settings, topic admin, consumer context, output producer, bounded reads.
+//! - [`failpoint`]: env-activated crash points for the chaos suite.
+//! - [`status`]: the live status line and final summary.
+
+pub mod cli;
+pub mod cmd;
+pub mod engine;
+pub mod failpoint;
+pub mod kafka;
+pub mod status;
+pub mod stream;

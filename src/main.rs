@@ -1,0 +1,55 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use tidemark::cli::{Cli, Command, QueryCommand};
+use tidemark::cmd;
+use tidemark_topology::config;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tidemark: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run(args) => cmd::run::run(args, &runtime()?)?,
+        Command::Demo(args) => cmd::demo::run(args)?,
+        Command::Gen(args) => {
+            let settings = cmd::run::settings(&args.kafka)?;
+            cmd::gen::run(args, &settings)?
+        }
+        Command::Validate { file } => match config::load(&file) {
+            Ok(t) => println!("{}: valid topology `{}` ({} rules)", file.display(), t.name, t.rules.len()),
+            Err(e) => {
+                eprint!("{e}");
+                return Ok(ExitCode::from(2));
+            }
+        },
+        Command::Topics(args) => {
+            let topology = config::load(&args.topology)?;
+            let settings = cmd::run::settings(&args.kafka)?;
+            let created =
+                runtime()?.block_on(tidemark::kafka::admin::ensure_topics(&settings, &topology, args.replication))?;
+            println!("created {} topic(s): {}", created.len(), created.join(", "));
+        }
+        Command::Query(QueryCommand::Dashboard(args)) => {
+            let settings = cmd::run::settings(&args.kafka)?;
+            cmd::query::dashboard(args, &settings)?
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

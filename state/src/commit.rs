@@ -1,0 +1,125 @@
+//! One commit = one RocksDB `WriteBatch`, written with fsync.
+//!
+//! A batch holds, for every partition that advanced: its new dedup entries, the aggregates
+//! it changed or expired, and its checkpoint (input offset, watermark). RocksDB applies the
+//! batch atomically, so after a crash at any instant a partition's state and offsets are
+//! either both before or both after the commit.
+
+use rocksdb::WriteBatch;
+
+use crate::codec;
+use crate::store::{aggregate_prefix, dedup_key, CF_AGGREGATES, CF_DEDUP, CF_META};
+use crate::{Checkpoint, Namespace, PartitionId, StateError, Store};
+
+pub struct CommitBatch<'a> {
+    store: &'a Store,
+    batch: WriteBatch,
+}
+
+impl<'a> CommitBatch<'a> {
+    pub(crate) fn new(store: &'a Store) -> Self {
+        CommitBatch { store, batch: WriteBatch::default() }
+    }
+
+    pub fn put_dedup(&mut self, p: PartitionId, event_id: &str, append_ms: i64) {
+        self.batch.put_cf(self.store.cf(CF_DEDUP), dedup_key(p, event_id), append_ms.to_le_bytes());
+    }
+
+    /// `value` is already encoded with [`codec::encode`].
+    pub fn put_aggregate(&mut self, p: PartitionId, ns: Namespace, key: &[u8], value: &[u8]) {
+        let mut k = aggregate_prefix(p, ns);
+        k.extend_from_slice(key);
+        self.batch.put_cf(self.store.cf(CF_AGGREGATES), k, value);
+    }
+
+    pub fn delete_aggregate(&mut self, p: PartitionId, ns: Namespace, key: &[u8]) {
+        let mut k = aggregate_prefix(p, ns);
+        k.extend_from_slice(key);
+        self.batch.delete_cf(self.store.cf(CF_AGGREGATES), k);
+    }
+
+    pub fn put_checkpoint(&mut self, p: PartitionId, c: &Checkpoint) {
+        self.batch.put_cf(self.store.cf(CF_META), Store::checkpoint_key(p), codec::encode(c));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// Makes the whole batch durable at once.
+    pub fn commit(self) -> Result<(), StateError> {
+        self.store.write(self.batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Checkpoint, Namespace, PartitionId, Store, StoreOptions};
+
+    fn open(dir: &std::path::Path) -> Store {
+        Store::open(dir, &StoreOptions { owner: "test".into(), ..StoreOptions::default() }).expect("open")
+    }
+
+    #[test]
+    fn state_and_checkpoint_become_visible_together_and_survive_reopen() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = PartitionId { source: 0, partition: 2 };
+        {
+            let store = open(dir.path());
+            let mut b = store.batch();
+            b.put_dedup(p, "e-1", 1_000);
+            b.put_aggregate(p, Namespace::Dashboard, b"k", b"v");
+            b.put_checkpoint(
+                p,
+                &Checkpoint { next_offset: 10, max_event_ms: Some(5), max_append_ms: 1_000, records: 10 },
+            );
+            assert_eq!(store.checkpoint(p).expect("read"), None, "nothing visible before commit");
+            b.commit().expect("commit");
+        }
+        let store = open(dir.path());
+        assert_eq!(store.checkpoint(p).expect("read").map(|c| c.next_offset), Some(10));
+        assert_eq!(store.dedup_lookup(p, &["e-1", "e-2"]).expect("lookup"), vec![Some(1_000), None]);
+        assert_eq!(store.load_aggregates(p, Namespace::Dashboard).expect("load"), vec![(b"k".to_vec(), b"v".to_vec())]);
+    }
+
+    #[test]
+    fn partitions_do_not_see_each_others_state() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = open(dir.path());
+        let (a, b) = (PartitionId { source: 0, partition: 0 }, PartitionId { source: 0, partition: 1 });
+        let mut batch = store.batch();
+        batch.put_dedup(a, "e-1", 1);
+        batch.put_aggregate(a, Namespace::Dashboard, b"k", b"v");
+        batch.commit().expect("commit");
+        assert_eq!(store.dedup_lookup(b, &["e-1"]).expect("lookup"), vec![None]);
+        assert!(store.load_aggregates(b, Namespace::Dashboard).expect("load").is_empty());
+        store.drop_partition(a).expect("drop");
+        assert_eq!(store.dedup_lookup(a, &["e-1"]).expect("lookup"), vec![None]);
+    }
+
+    #[test]
+    fn a_store_refuses_a_different_owner() {
+        let dir = tempfile::tempdir().expect("tmp");
+        drop(open(dir.path()));
+        let other = Store::open(dir.path(), &StoreOptions { owner: "other".into(), ..StoreOptions::default() });
+        assert!(matches!(other, Err(crate::StateError::Owner { .. })));
+    }
+
+    #[test]
+    fn compaction_drops_dedup_entries_older_than_the_horizon() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = open(dir.path());
+        let p = PartitionId { source: 0, partition: 0 };
+        let mut b = store.batch();
+        b.put_dedup(p, "old", 100);
+        b.put_dedup(p, "new", 900);
+        b.commit().expect("commit");
+        store.set_dedup_horizon(p, 500);
+        store.compact_dedup();
+        assert_eq!(store.dedup_lookup(p, &["old", "new"]).expect("lookup"), vec![None, Some(900)]);
+    }
+}

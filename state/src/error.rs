@@ -1,0 +1,21 @@
+//! Errors of the state store.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum StateError {
+    /// RocksDB failed (I/O, corruption, lock held by another process). Not retriable in
+    /// place: the process should stop and resume from its last checkpoint.
+    #[error("rocksdb at {path}: {source}")]
+    Rocks { path: String, source: rocksdb::Error },
+    /// A persisted value has an encoding version this build does not know.
+    #[error("{what}: stored with encoding version {found}, this build reads version {expected}")]
+    Version { what: &'static str, found: u8, expected: u8 },
+    /// A persisted value could not be decoded: the store is corrupt or was written by
+    /// incompatible code.
+    #[error("{what}: cannot decode stored value: {detail}")]
+    Decode { what: &'static str, detail: String },
+    /// The store belongs to another topology or consumer group.
+    #[error("state directory {path} belongs to `{found}`, not `{expected}`; point --state-dir elsewhere or delete it to rebuild from the log")]
+    Owner { path: String, found: String, expected: String },
+}

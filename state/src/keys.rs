@@ -1,0 +1,70 @@
+//! Key layout. Every key starts with the 6-byte [`PartitionId`] prefix so one partition's
+//! state is a contiguous range: restored with one prefix scan, dropped with one range delete.
+
+use std::fmt;
+
+/// A source partition: the index of the source in the topology and the partition number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionId {
+    pub source: u16,
+    pub partition: i32,
+}
+
+impl PartitionId {
+    pub const PREFIX_LEN: usize = 6;
+
+    pub fn prefix(&self) -> [u8; Self::PREFIX_LEN] {
+        let mut p = [0u8; Self::PREFIX_LEN];
+        p[..2].copy_from_slice(&self.source.to_be_bytes());
+        p[2..].copy_from_slice(&self.partition.to_be_bytes());
+        p
+    }
+
+    /// The first key after this partition's range (for range deletes).
+    pub fn prefix_end(&self) -> Vec<u8> {
+        let mut end = self.prefix().to_vec();
+        for byte in end.iter_mut().rev() {
+            if *byte == u8::MAX {
+                *byte = 0;
+            } else {
+                *byte += 1;
+                return end;
+            }
+        }
+        vec![u8::MAX; Self::PREFIX_LEN + 1]
+    }
+
+    pub fn key(&self, suffix: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(Self::PREFIX_LEN + suffix.len());
+        k.extend_from_slice(&self.prefix());
+        k.extend_from_slice(suffix);
+        k
+    }
+}
+
+impl fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "source{}-p{}", self.source, self.partition)
+    }
+}
+
+/// Kinds of keyed aggregate state in the `aggregates` column family; the byte follows the
+/// partition prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Namespace {
+    Dashboard = 1,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_is_the_first_key_after_the_partition() {
+        let p = PartitionId { source: 0, partition: 3 };
+        let end = p.prefix_end();
+        assert!(p.key(&[0xff, 0xff, 0xff]) < end);
+        assert_eq!(end, PartitionId { source: 0, partition: 4 }.prefix().to_vec());
+    }
+}

@@ -1,0 +1,222 @@
+//! Opening the database and the reads tidemark makes: checkpoints and aggregates on restore,
+//! batched dedup lookups per poll batch. No read happens per record on the hot path.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use rocksdb::compaction_filter::Decision;
+use rocksdb::{BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Options, WriteOptions, DB};
+
+use crate::codec;
+use crate::{Checkpoint, CommitBatch, Namespace, PartitionId, StateError};
+
+/// An encoded key (without the partition and namespace prefix) and its encoded value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+type Horizons = Arc<RwLock<HashMap<[u8; PartitionId::PREFIX_LEN], i64>>>;
+
+pub(crate) const CF_META: &str = "meta";
+pub(crate) const CF_DEDUP: &str = "dedup";
+pub(crate) const CF_AGGREGATES: &str = "aggregates";
+
+const OWNER_KEY: &[u8] = b"owner";
+const CHECKPOINT_TAG: u8 = b'c';
+
+/// Tuning of the embedded database.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Identifies who may use the directory (topology name and consumer group).
+    pub owner: String,
+    /// Shared block cache for all column families.
+    pub block_cache_bytes: usize,
+    /// fsync every commit. Off only in benchmarks of the engine itself.
+    pub sync_commits: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { owner: "tidemark".into(), block_cache_bytes: 256 << 20, sync_commits: true }
+    }
+}
+
+/// The process's state store. `Sync`: the rebalance callback reads checkpoints while the
+/// stream thread owns the writes.
+pub struct Store {
+    db: DB,
+    path: PathBuf,
+    write_opts: WriteOptions,
+    /// Per partition: dedup entries first seen before this append time (ms) can never match
+    /// again and may be dropped by compaction. Partitions absent from the map keep everything.
+    dedup_horizons: Horizons,
+}
+
+impl Store {
+    /// Opens (or creates) the store and checks that it belongs to `opts.owner`.
+    pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StateError> {
+        let rocks = |source| StateError::Rocks { path: path.display().to_string(), source };
+        let cache = Cache::new_lru_cache(opts.block_cache_bytes);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_bloom_filter(10.0, false);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+
+        let mut cf_opts = Options::default();
+        cf_opts.set_block_based_table_factory(&table);
+        cf_opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+
+        let dedup_horizons: Horizons = Arc::default();
+        let mut dedup_opts = cf_opts.clone();
+        let horizons = Arc::clone(&dedup_horizons);
+        // Compaction only reclaims space: lookups re-check the retention themselves, so what
+        // a lookup decides never depends on whether compaction has run yet.
+        dedup_opts.set_compaction_filter("dedup-expiry", move |_level: u32, key: &[u8], value: &[u8]| {
+            let horizon = key
+                .get(..PartitionId::PREFIX_LEN)
+                .and_then(|prefix| horizons.read().ok().and_then(|h| h.get(prefix).copied()));
+            match (horizon, decode_append_ms(value)) {
+                (Some(h), Some(ms)) if ms < h => Decision::Remove,
+                _ => Decision::Keep,
+            }
+        });
+
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(2);
+        db_opts.set_bytes_per_sync(1 << 20);
+        let cfs = vec![
+            ColumnFamilyDescriptor::new(CF_META, cf_opts.clone()),
+            ColumnFamilyDescriptor::new(CF_DEDUP, dedup_opts),
+            ColumnFamilyDescriptor::new(CF_AGGREGATES, cf_opts),
+        ];
+        let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(rocks)?;
+        let mut write_opts = WriteOptions::default();
+        write_opts.set_sync(opts.sync_commits);
+        let store = Store { db, path: path.to_path_buf(), write_opts, dedup_horizons };
+        store.claim(&opts.owner)?;
+        Ok(store)
+    }
+
+    fn claim(&self, owner: &str) -> Result<(), StateError> {
+        let meta = self.cf(CF_META);
+        match self.db.get_cf(meta, OWNER_KEY).map_err(|e| self.rocks(e))? {
+            Some(found) => {
+                let found: String = codec::decode("store owner", &found)?;
+                if found != owner {
+                    return Err(StateError::Owner {
+                        path: self.path.display().to_string(),
+                        found,
+                        expected: owner.into(),
+                    });
+                }
+                Ok(())
+            }
+            None => {
+                let mut w = WriteOptions::default();
+                w.set_sync(true);
+                self.db.put_cf_opt(meta, OWNER_KEY, codec::encode(&owner.to_string()), &w).map_err(|e| self.rocks(e))
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn cf(&self, name: &str) -> &ColumnFamily {
+        // The column families are created at open; a missing one is a programming error
+        // that open() would already have reported.
+        self.db.cf_handle(name).unwrap_or_else(|| panic!("column family {name} opened with the store"))
+    }
+
+    pub(crate) fn rocks(&self, source: rocksdb::Error) -> StateError {
+        StateError::Rocks { path: self.path.display().to_string(), source }
+    }
+
+    pub(crate) fn checkpoint_key(p: PartitionId) -> Vec<u8> {
+        let mut k = vec![CHECKPOINT_TAG];
+        k.extend_from_slice(&p.prefix());
+        k
+    }
+
+    /// The last committed checkpoint of a partition, `None` if it never committed here.
+    pub fn checkpoint(&self, p: PartitionId) -> Result<Option<Checkpoint>, StateError> {
+        self.db
+            .get_cf(self.cf(CF_META), Self::checkpoint_key(p))
+            .map_err(|e| self.rocks(e))?
+            .map(|v| codec::decode("checkpoint", &v))
+            .transpose()
+    }
+
+    /// Looks up many event ids of one partition in one batched read. Returns the append time
+    /// at which each id was first seen, if it is stored.
+    pub fn dedup_lookup<S: AsRef<str>>(&self, p: PartitionId, ids: &[S]) -> Result<Vec<Option<i64>>, StateError> {
+        let keys: Vec<Vec<u8>> = ids.iter().map(|id| dedup_key(p, id.as_ref())).collect();
+        self.db
+            .batched_multi_get_cf(self.cf(CF_DEDUP), &keys, false)
+            .into_iter()
+            .map(|r| r.map(|v| v.and_then(|v| decode_append_ms(&v))).map_err(|e| self.rocks(e)))
+            .collect()
+    }
+
+    /// Every aggregate of one namespace in one partition, for restoring the in-memory cache.
+    pub fn load_aggregates(&self, p: PartitionId, ns: Namespace) -> Result<Vec<KeyValue>, StateError> {
+        let prefix = aggregate_prefix(p, ns);
+        let mut out = Vec::new();
+        for item in self.db.prefix_iterator_cf(self.cf(CF_AGGREGATES), &prefix) {
+            let (k, v) = item.map_err(|e| self.rocks(e))?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            out.push((k[prefix.len()..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Lets compaction drop a partition's dedup entries first seen before `append_ms`. Call it
+    /// with a *committed* checkpoint's values only, so the stored state never depends on
+    /// entries already dropped.
+    pub fn set_dedup_horizon(&self, p: PartitionId, append_ms: i64) {
+        if let Ok(mut h) = self.dedup_horizons.write() {
+            let slot = h.entry(p.prefix()).or_insert(i64::MIN);
+            *slot = (*slot).max(append_ms);
+        }
+    }
+
+    pub fn batch(&self) -> CommitBatch<'_> {
+        CommitBatch::new(self)
+    }
+
+    pub(crate) fn write(&self, batch: rocksdb::WriteBatch) -> Result<(), StateError> {
+        self.db.write_opt(batch, &self.write_opts).map_err(|e| self.rocks(e))
+    }
+
+    /// Removes every trace of a partition (used before rebuilding it from the log).
+    pub fn drop_partition(&self, p: PartitionId) -> Result<(), StateError> {
+        let mut batch = rocksdb::WriteBatch::default();
+        for cf in [CF_DEDUP, CF_AGGREGATES] {
+            batch.delete_range_cf(self.cf(cf), p.prefix().to_vec(), p.prefix_end());
+        }
+        batch.delete_cf(self.cf(CF_META), Self::checkpoint_key(p));
+        self.write(batch)
+    }
+
+    /// Forces a compaction of the dedup column family (tests and maintenance).
+    pub fn compact_dedup(&self) {
+        self.db.compact_range_cf(self.cf(CF_DEDUP), None::<&[u8]>, None::<&[u8]>);
+    }
+}
+
+pub(crate) fn dedup_key(p: PartitionId, event_id: &str) -> Vec<u8> {
+    p.key(event_id.as_bytes())
+}
+
+pub(crate) fn aggregate_prefix(p: PartitionId, ns: Namespace) -> Vec<u8> {
+    p.key(&[ns as u8])
+}
+
+pub(crate) fn decode_append_ms(v: &[u8]) -> Option<i64> {
+    v.try_into().ok().map(i64::from_le_bytes)
+}

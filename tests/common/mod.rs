@@ -1,0 +1,185 @@
+//! Shared harness of the black-box tests: a real Kafka broker (started by scripts/test.sh),
+//! the `tidemark` binary run as a child process, and readers for its output topics.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use rdkafka::message::{Headers, OwnedMessage};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::Message;
+use tidemark::kafka::reader::read_topic;
+use tidemark::kafka::KafkaSettings;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
+
+/// The broker every black-box test runs against. scripts/test.sh starts a real Apache Kafka
+/// and exports the address; without it these tests must fail, not pass vacuously.
+pub fn bootstrap() -> String {
+    std::env::var("TIDEMARK_TEST_BOOTSTRAP")
+        .expect("TIDEMARK_TEST_BOOTSTRAP is not set: run the suite through scripts/test.sh, which starts Kafka")
+}
+
+pub fn settings() -> KafkaSettings {
+    KafkaSettings::new(&bootstrap())
+}
+
+/// A name unique to this test process and call, for topics and groups.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A topology file whose source is `orders` and whose sinks are fresh topics named after `run`.
+pub struct Topo {
+    pub path: PathBuf,
+    pub orders: String,
+    pub dashboard: String,
+    pub dead_letter: String,
+    pub late: String,
+    _dir: tempfile::TempDir,
+}
+
+pub fn topology(orders: &str, run: &str) -> Topo {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = tidemark_topology::config::EXAMPLE
+        .replace("topic = \"orders\"", &format!("topic = \"{orders}\""))
+        .replace("topic = \"inventory\"", &format!("topic = \"{orders}.inventory\""))
+        .replace("tidemark.dashboard", &format!("{run}.dashboard"))
+        .replace("tidemark.dead-letter", &format!("{run}.dead-letter"))
+        .replace("tidemark.late", &format!("{run}.late"))
+        .replace("commit_interval = \"200ms\"", "commit_interval = \"100ms\"")
+        .replace("max_batch_records = 20000", "max_batch_records = 2000");
+    let path = dir.path().join("topology.toml");
+    std::fs::write(&path, text).expect("write topology");
+    Topo {
+        path,
+        orders: orders.to_string(),
+        dashboard: format!("{run}.dashboard"),
+        dead_letter: format!("{run}.dead-letter"),
+        late: format!("{run}.late"),
+        _dir: dir,
+    }
+}
+
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("spawn tidemark");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Creates the topology's topics on the broker.
+pub fn create_topics(t: &Topo) {
+    run_ok(Command::new(BIN).args(["topics", "--bootstrap", &bootstrap(), "--topology"]).arg(&t.path));
+}
+
+/// Generates a seeded log into the orders topic; returns gen's JSON summary.
+pub fn generate(orders: &str, args: &[&str]) -> serde_json::Value {
+    let out = run_ok(
+        Command::new(BIN)
+            .args(["gen", "--bootstrap", &bootstrap(), "--orders-topic", orders])
+            .args(["--inventory-topic", &format!("{orders}.inventory"), "--inventory-every", "0"])
+            .args(args),
+    );
+    let line = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
+    serde_json::from_str(&line).expect("gen summary is JSON")
+}
+
+pub fn run_command(t: &Topo, state: &Path, group: &str) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["run", "--bootstrap", &bootstrap(), "--group", group, "--instance-id", group, "--topology"])
+        .arg(&t.path)
+        .arg("--state-dir")
+        .arg(state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Runs the processor until the log is drained; returns its stderr (logs and summary).
+pub fn run_to_end(t: &Topo, state: &Path, group: &str) -> String {
+    let out = run_ok(run_command(t, state, group).arg("--exit-at-end"));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn spawn_run(t: &Topo, state: &Path, group: &str, env: &[(&str, &str)]) -> Child {
+    let mut c = run_command(t, state, group);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("spawn tidemark run")
+}
+
+pub fn read(topic: &str) -> Vec<OwnedMessage> {
+    read_topic(&settings(), topic).expect("read topic")
+}
+
+/// Latest value per key, as compaction would keep it.
+pub fn compacted(topic: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut map = BTreeMap::new();
+    for m in read(topic) {
+        map.insert(m.key().unwrap_or_default().to_vec(), m.payload().unwrap_or_default().to_vec());
+    }
+    map
+}
+
+pub fn header(m: &OwnedMessage, name: &str) -> Option<String> {
+    let h = m.headers()?;
+    (0..h.count())
+        .map(|i| h.get(i))
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Copies every record of `from` into `to` (same keys, values, partitions), `times` times over.
+pub fn copy_log(from: &str, to: &str, times: usize) {
+    let records = read(from);
+    let producer: BaseProducer =
+        settings().client_config().set("enable.idempotence", "true").create().expect("producer");
+    for _ in 0..times {
+        for m in &records {
+            let mut r =
+                BaseRecord::<[u8], [u8]>::to(to).partition(m.partition()).payload(m.payload().unwrap_or_default());
+            if let Some(k) = m.key() {
+                r = r.key(k);
+            }
+            while let Err((e, back)) = producer.send(r) {
+                assert!(
+                    matches!(
+                        e,
+                        rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                    ),
+                    "{e}"
+                );
+                r = back;
+                producer.poll(Duration::from_millis(20));
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+}
+
+/// Dashboard values without `as_of`, which derives from append times and so differs between
+/// two separately produced logs.
+pub fn without_as_of(values: &BTreeMap<Vec<u8>, Vec<u8>>) -> BTreeMap<Vec<u8>, serde_json::Value> {
+    values
+        .iter()
+        .map(|(k, v)| {
+            let mut json: serde_json::Value = serde_json::from_slice(v).expect("dashboard JSON");
+            if let Some(o) = json.as_object_mut() {
+                o.remove("as_of");
+            }
+            (k.clone(), json)
+        })
+        .collect()
+}

@@ -1,0 +1,519 @@
+//! The topology file: a TOML document naming sources, sinks, state, windows and rules.
+//!
+//! Loading happens in two passes, as a compiler would: the text is read into raw structs
+//! (syntax and type errors carry line and column; every unknown key is collected), then the
+//! raw structs are checked as a whole and compiled into [`Topology`]. All errors of a pass
+//! are reported together with the path of the key they concern.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::window::WindowPolicy;
+
+/// A validated topology, with durations in milliseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topology {
+    pub name: String,
+    pub orders: TopicSpec,
+    pub inventory: TopicSpec,
+    pub dashboard: TopicSpec,
+    pub dead_letter: TopicSpec,
+    pub late: TopicSpec,
+    pub dedup_retention_ms: i64,
+    pub commit_interval_ms: u64,
+    pub max_batch_records: usize,
+    pub dashboard_window: WindowPolicy,
+    pub finance_time_zone: chrono_tz::Tz,
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub topic: String,
+    pub partitions: i32,
+    pub compacted: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleMode {
+    Shadow,
+    Notify,
+    Act,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuleKind {
+    Oversell,
+    LowStock { threshold: i64, replenish_to: i64 },
+    VelocitySpike { min_units: u64, factor: rust_decimal::Decimal, baseline_windows: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    pub id: String,
+    pub version: u32,
+    pub mode: RuleMode,
+    pub kind: RuleKind,
+}
+
+/// One problem in a topology file, located by key path and, where known, line and column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub line_col: Option<(usize, usize)>,
+    pub message: String,
+}
+
+/// Every problem found in one file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigErrors {
+    pub origin: String,
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}: {} error(s)", self.origin, self.errors.len())?;
+        for e in &self.errors {
+            match e.line_col {
+                Some((l, c)) => writeln!(f, "  {}:{}:{}: {}: {}", self.origin, l, c, e.path, e.message)?,
+                None => writeln!(f, "  {}: {}: {}", self.origin, e.path, e.message)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// The example topology shipped with tidemark, used by `tidemark demo`.
+pub const EXAMPLE: &str = include_str!("../examples/orders.toml");
+
+pub fn load(path: &Path) -> Result<Topology, ConfigErrors> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        origin: origin.clone(),
+        errors: vec![ConfigError { path: String::new(), line_col: None, message: format!("cannot read: {e}") }],
+    })?;
+    parse(&text, &origin)
+}
+
+pub fn parse(text: &str, origin: &str) -> Result<Topology, ConfigErrors> {
+    let fail = |errors| ConfigErrors { origin: origin.to_string(), errors };
+    let mut unknown = Vec::new();
+    let raw: RawTopology = serde_ignored::deserialize(toml::Deserializer::new(text), |p| unknown.push(p.to_string()))
+        .map_err(|e| {
+        let line_col = e.span().map(|s| line_col(text, s.start));
+        fail(vec![ConfigError { path: String::new(), line_col, message: e.message().trim().to_string() }])
+    })?;
+    let mut errors: Vec<ConfigError> = unknown
+        .into_iter()
+        .map(|path| ConfigError { path, line_col: None, message: "unknown key".to_string() })
+        .collect();
+    let topology = compile(raw, &mut errors);
+    if errors.is_empty() {
+        Ok(topology)
+    } else {
+        Err(fail(errors))
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+#[derive(Deserialize)]
+struct RawTopology {
+    name: String,
+    sources: RawSources,
+    sinks: RawSinks,
+    #[serde(default)]
+    state: RawState,
+    windows: RawWindows,
+    #[serde(default)]
+    finance: RawFinance,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+}
+
+#[derive(Deserialize)]
+struct RawSources {
+    orders: RawTopic,
+    inventory: RawTopic,
+}
+
+#[derive(Deserialize)]
+struct RawSinks {
+    dashboard: RawTopic,
+    dead_letter: RawTopic,
+    late: RawTopic,
+}
+
+#[derive(Deserialize)]
+struct RawTopic {
+    topic: String,
+    #[serde(default = "default_partitions")]
+    partitions: i32,
+    #[serde(default)]
+    compacted: bool,
+}
+
+fn default_partitions() -> i32 {
+    4
+}
+
+#[derive(Deserialize)]
+struct RawState {
+    #[serde(default = "default_dedup_retention")]
+    dedup_retention: String,
+    #[serde(default = "default_commit_interval")]
+    commit_interval: String,
+    #[serde(default = "default_max_batch")]
+    max_batch_records: i64,
+}
+
+impl Default for RawState {
+    fn default() -> Self {
+        RawState {
+            dedup_retention: default_dedup_retention(),
+            commit_interval: default_commit_interval(),
+            max_batch_records: default_max_batch(),
+        }
+    }
+}
+
+fn default_dedup_retention() -> String {
+    "7d".into()
+}
+fn default_commit_interval() -> String {
+    "200ms".into()
+}
+fn default_max_batch() -> i64 {
+    20_000
+}
+
+#[derive(Deserialize)]
+struct RawWindows {
+    dashboard: RawWindow,
+}
+
+#[derive(Deserialize)]
+struct RawWindow {
+    size: String,
+    #[serde(default = "zero")]
+    allowed_lateness: String,
+    #[serde(default = "default_grace")]
+    grace: String,
+    #[serde(default = "default_retention")]
+    retention: String,
+}
+
+fn zero() -> String {
+    "0s".into()
+}
+fn default_grace() -> String {
+    "2m".into()
+}
+fn default_retention() -> String {
+    "7h".into()
+}
+
+#[derive(Deserialize)]
+struct RawFinance {
+    #[serde(default = "default_tz")]
+    time_zone: String,
+}
+
+impl Default for RawFinance {
+    fn default() -> Self {
+        RawFinance { time_zone: default_tz() }
+    }
+}
+
+fn default_tz() -> String {
+    "Asia/Tokyo".into()
+}
+
+#[derive(Deserialize)]
+struct RawRule {
+    id: String,
+    version: i64,
+    mode: String,
+    #[serde(default)]
+    params: BTreeMap<String, toml::Value>,
+}
+
+/// Collects errors instead of stopping at the first.
+struct Checker<'a> {
+    errors: &'a mut Vec<ConfigError>,
+}
+
+impl Checker<'_> {
+    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError { path: path.into(), line_col: None, message: message.into() });
+    }
+
+    /// `None` (and an error) when the text is not a duration.
+    fn duration_ms(&mut self, path: &str, text: &str) -> Option<i64> {
+        match humantime::parse_duration(text) {
+            Ok(d) => Some(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            Err(e) => {
+                self.error(path, format!("`{text}` is not a duration ({e}); write e.g. \"200ms\", \"2m\", \"7d\""));
+                None
+            }
+        }
+    }
+
+    /// A duration that must be positive; one error per problem, never two for one key.
+    fn positive_ms(&mut self, path: &str, text: &str) -> Option<i64> {
+        let ms = self.duration_ms(path, text)?;
+        if ms <= 0 {
+            self.error(path, "must be positive");
+            return None;
+        }
+        Some(ms)
+    }
+
+    fn topic(&mut self, path: &str, raw: RawTopic) -> TopicSpec {
+        if raw.topic.trim().is_empty() || raw.topic.len() > 249 || !raw.topic.chars().all(valid_topic_char) {
+            self.error(format!("{path}.topic"), format!("`{}` is not a valid Kafka topic name", raw.topic));
+        }
+        if raw.partitions < 1 {
+            self.error(format!("{path}.partitions"), "must be at least 1");
+        }
+        TopicSpec { topic: raw.topic, partitions: raw.partitions, compacted: raw.compacted }
+    }
+
+    fn int_param(&mut self, path: &str, params: &BTreeMap<String, toml::Value>, key: &str, default: i64) -> i64 {
+        match params.get(key) {
+            None => default,
+            Some(toml::Value::Integer(i)) if *i >= 0 => *i,
+            Some(v) => {
+                self.error(format!("{path}.params.{key}"), format!("expected a non-negative integer, found {v}"));
+                default
+            }
+        }
+    }
+
+    fn rule(&mut self, index: usize, raw: RawRule) -> Option<Rule> {
+        let path = format!("rules[{index}]");
+        let mode = match raw.mode.as_str() {
+            "shadow" => Some(RuleMode::Shadow),
+            "notify" => Some(RuleMode::Notify),
+            "act" => Some(RuleMode::Act),
+            other => {
+                self.error(format!("{path}.mode"), format!("unknown mode `{other}` (expected shadow | notify | act)"));
+                None
+            }
+        };
+        let version = match u32::try_from(raw.version) {
+            Ok(v) if v >= 1 => Some(v),
+            _ => {
+                self.error(format!("{path}.version"), "must be a positive integer");
+                None
+            }
+        };
+        let p = &raw.params;
+        let (kind, allowed): (Option<RuleKind>, &[&str]) = match raw.id.as_str() {
+            "oversell" => (Some(RuleKind::Oversell), &[]),
+            "low_stock" => (
+                Some(RuleKind::LowStock {
+                    threshold: self.int_param(&path, p, "threshold", 10),
+                    replenish_to: self.int_param(&path, p, "replenish_to", 100),
+                }),
+                &["threshold", "replenish_to"],
+            ),
+            "velocity_spike" => {
+                let factor = match p.get("factor") {
+                    None => Some(rust_decimal::Decimal::from(3)),
+                    Some(toml::Value::String(s)) => s.parse().ok(),
+                    Some(toml::Value::Integer(i)) => Some(rust_decimal::Decimal::from(*i)),
+                    Some(_) => None,
+                };
+                let factor = factor.filter(|f| f.is_sign_positive()).unwrap_or_else(|| {
+                    self.error(format!("{path}.params.factor"), "expected a positive decimal, e.g. \"3.0\"");
+                    rust_decimal::Decimal::ONE
+                });
+                let baseline = self.int_param(&path, p, "baseline_windows", 15);
+                if baseline == 0 {
+                    self.error(format!("{path}.params.baseline_windows"), "must be at least 1");
+                }
+                (
+                    Some(RuleKind::VelocitySpike {
+                        min_units: self.int_param(&path, p, "min_units", 50).unsigned_abs(),
+                        factor,
+                        baseline_windows: u32::try_from(baseline).unwrap_or(15),
+                    }),
+                    &["min_units", "factor", "baseline_windows"],
+                )
+            }
+            other => {
+                self.error(
+                    format!("{path}.id"),
+                    format!("unknown rule `{other}` (expected oversell | low_stock | velocity_spike)"),
+                );
+                (None, &[])
+            }
+        };
+        for key in p.keys().filter(|k| !allowed.contains(&k.as_str())) {
+            self.error(format!("{path}.params.{key}"), format!("unknown parameter for rule `{}`", raw.id));
+        }
+        Some(Rule { id: raw.id, version: version?, mode: mode?, kind: kind? })
+    }
+}
+
+fn valid_topic_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
+    let mut c = Checker { errors };
+    if raw.name.trim().is_empty() {
+        c.error("name", "must not be empty");
+    }
+    let orders = c.topic("sources.orders", raw.sources.orders);
+    let inventory = c.topic("sources.inventory", raw.sources.inventory);
+    let dashboard = c.topic("sinks.dashboard", raw.sinks.dashboard);
+    let dead_letter = c.topic("sinks.dead_letter", raw.sinks.dead_letter);
+    let late = c.topic("sinks.late", raw.sinks.late);
+    let mut seen = BTreeMap::new();
+    for (path, t) in [
+        ("sources.orders", &orders),
+        ("sources.inventory", &inventory),
+        ("sinks.dashboard", &dashboard),
+        ("sinks.dead_letter", &dead_letter),
+        ("sinks.late", &late),
+    ] {
+        if let Some(first) = seen.insert(t.topic.clone(), path) {
+            c.error(format!("{path}.topic"), format!("topic `{}` is also used by {first}", t.topic));
+        }
+    }
+    if !dashboard.compacted {
+        c.error("sinks.dashboard.compacted", "the dashboard topic holds upserts and must be compacted");
+    }
+
+    let dedup_retention = c.duration_ms("state.dedup_retention", &raw.state.dedup_retention);
+    let commit_interval = c.positive_ms("state.commit_interval", &raw.state.commit_interval);
+    let max_batch_records = usize::try_from(raw.state.max_batch_records).unwrap_or(0);
+    if max_batch_records == 0 {
+        c.error("state.max_batch_records", "must be a positive integer");
+    }
+
+    let w = &raw.windows.dashboard;
+    let size = c.positive_ms("windows.dashboard.size", &w.size);
+    let allowed_lateness = c.duration_ms("windows.dashboard.allowed_lateness", &w.allowed_lateness);
+    let grace = c.duration_ms("windows.dashboard.grace", &w.grace);
+    let retention = c.duration_ms("windows.dashboard.retention", &w.retention);
+    if let (Some(grace), Some(retention)) = (grace, retention) {
+        if retention < grace {
+            c.error("windows.dashboard.retention", "must be at least the grace period");
+        }
+    }
+    if let (Some(dedup), Some(retention)) = (dedup_retention, retention) {
+        if dedup <= retention {
+            c.error(
+                "state.dedup_retention",
+                "must exceed windows.dashboard.retention, or a late duplicate could be counted twice",
+            );
+        }
+    }
+    let dedup_retention_ms = dedup_retention.unwrap_or(0);
+    let commit_interval_ms = commit_interval.unwrap_or(1);
+    let dashboard_window = WindowPolicy {
+        size_ms: size.unwrap_or(1),
+        allowed_lateness_ms: allowed_lateness.unwrap_or(0),
+        grace_ms: grace.unwrap_or(0),
+        retention_ms: retention.unwrap_or(0),
+    };
+
+    let finance_time_zone = raw.finance.time_zone.parse::<chrono_tz::Tz>().unwrap_or_else(|_| {
+        c.error("finance.time_zone", format!("`{}` is not an IANA time zone", raw.finance.time_zone));
+        chrono_tz::Tz::UTC
+    });
+
+    let mut rules = Vec::new();
+    let mut rule_ids = BTreeMap::new();
+    for (i, raw_rule) in raw.rules.into_iter().enumerate() {
+        if let Some(first) = rule_ids.insert(raw_rule.id.clone(), i) {
+            c.error(format!("rules[{i}].id"), format!("rule `{}` is already declared at rules[{first}]", raw_rule.id));
+        }
+        if let Some(rule) = c.rule(i, raw_rule) {
+            rules.push(rule);
+        }
+    }
+
+    Topology {
+        name: raw.name,
+        orders,
+        inventory,
+        dashboard,
+        dead_letter,
+        late,
+        dedup_retention_ms,
+        commit_interval_ms: u64::try_from(commit_interval_ms).unwrap_or(0),
+        max_batch_records,
+        dashboard_window,
+        finance_time_zone,
+        rules,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_example_is_valid() {
+        let t = parse(EXAMPLE, "orders.toml").expect("example must validate");
+        assert_eq!(t.dashboard_window.size_ms, 60_000);
+        assert_eq!(t.dedup_retention_ms, 7 * 24 * 3_600_000);
+        assert_eq!(t.rules.len(), 3);
+        assert_eq!(t.finance_time_zone, chrono_tz::Asia::Tokyo);
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once_with_its_path() {
+        let text = EXAMPLE
+            .replace("partitions = 4\n\n[sources.inventory]", "partitons = 4\n\n[sources.inventory]")
+            .replace("commit_interval = \"200ms\"", "commit_interval = \"soon\"")
+            .replace("time_zone = \"Asia/Tokyo\"", "time_zone = \"Mars/Olympus\"")
+            .replacen("mode = \"shadow\"", "mode = \"acts\"", 1);
+        let err = parse(&text, "bad.toml").expect_err("must fail");
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        assert!(paths.contains(&"sources.orders.partitons"), "{err}");
+        assert!(paths.contains(&"state.commit_interval"), "{err}");
+        assert!(paths.contains(&"finance.time_zone"), "{err}");
+        assert!(paths.contains(&"rules[0].mode"), "{err}");
+        assert!(err.to_string().starts_with("bad.toml: 4 error(s)"), "{err}");
+    }
+
+    #[test]
+    fn a_type_error_carries_line_and_column() {
+        let text = EXAMPLE.replace("max_batch_records = 20000", "max_batch_records = \"many\"");
+        let err = parse(&text, "t.toml").expect_err("must fail");
+        let (line, _) = err.errors[0].line_col.expect("located");
+        assert_eq!(text.lines().nth(line - 1).map(|l| l.starts_with("max_batch_records")), Some(true), "{err}");
+    }
+
+    #[test]
+    fn dedup_retention_must_outlive_window_retention() {
+        let text = EXAMPLE.replace("dedup_retention = \"7d\"", "dedup_retention = \"1h\"");
+        let err = parse(&text, "t.toml").expect_err("must fail");
+        assert_eq!(err.errors[0].path, "state.dedup_retention");
+    }
+
+    #[test]
+    fn unknown_rule_parameters_and_duplicate_ids_are_rejected() {
+        let text =
+            format!("{EXAMPLE}\n[[rules]]\nid = \"oversell\"\nversion = 2\nmode = \"act\"\nparams = {{ limit = 3 }}\n");
+        let err = parse(&text, "t.toml").expect_err("must fail");
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, vec!["rules[3].id", "rules[3].params.limit"], "{err}");
+    }
+}

@@ -1,0 +1,199 @@
+//! Dashboard aggregates (SPEC §2): per 1-min event-time window, store and currency.
+//!
+//! Money is kept per currency because summing yen and dollars has no meaning. Each source
+//! partition aggregates its own events (a *partial*); the output key names the partition and
+//! a reader sums partials of one window/store/currency (`tidemark query dashboard` does).
+//! `version` counts the events applied and `as_of` is the latest broker append time among
+//! them, so both are derived from data and replay identically.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use crate::currency::Currency;
+use crate::event::{CanonicalEvent, EventKind};
+use crate::window::window_start;
+
+/// Identifies one aggregate within a partition.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DashKey {
+    pub window_start_ms: i64,
+    pub store: String,
+    pub currency: Currency,
+}
+
+/// Running totals of one window/store/currency in one partition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DashAgg {
+    pub orders: u64,
+    pub units: u64,
+    // Decimal's default serde impl needs a self-describing format; state is bincode.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub gross: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cancelled: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub refunded: Decimal,
+    /// Number of events applied: strictly increases with every contribution.
+    pub version: u64,
+    /// Latest broker append time among the applied events.
+    pub as_of_ms: i64,
+}
+
+impl DashAgg {
+    pub fn net(&self) -> Decimal {
+        self.gross - self.cancelled - self.refunded
+    }
+
+    /// Adds a sibling partial (used by readers that combine partitions).
+    pub fn merge(&mut self, other: &DashAgg) {
+        self.orders += other.orders;
+        self.units += other.units;
+        self.gross += other.gross;
+        self.cancelled += other.cancelled;
+        self.refunded += other.refunded;
+        self.version += other.version;
+        self.as_of_ms = self.as_of_ms.max(other.as_of_ms);
+    }
+}
+
+/// The aggregate an event contributes to, or `None` when it carries no money (shipped).
+pub fn key_for(event: &CanonicalEvent, window_size_ms: i64) -> Option<DashKey> {
+    if event.kind == EventKind::Shipped {
+        return None;
+    }
+    let currency = event.currency?;
+    Some(DashKey {
+        window_start_ms: window_start(event.event_time_ms, window_size_ms),
+        store: event.store.clone(),
+        currency,
+    })
+}
+
+/// Applies one deduplicated event; the caller found the key with [`key_for`].
+pub fn apply(agg: &mut DashAgg, event: &CanonicalEvent, append_ms: i64) {
+    match event.kind {
+        EventKind::Placed => {
+            agg.orders += 1;
+            agg.units += event.units();
+            agg.gross += event.lines_amount();
+        }
+        EventKind::Cancelled => agg.cancelled += event.lines_amount(),
+        EventKind::Refunded => agg.refunded += event.refund_amount.unwrap_or_default(),
+        EventKind::Shipped => return,
+    }
+    agg.version += 1;
+    agg.as_of_ms = agg.as_of_ms.max(append_ms);
+}
+
+/// The record written to the dashboard topic. Field order is fixed so equal inputs give
+/// byte-identical JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DashboardRecord {
+    pub window_start: String,
+    pub window_end: String,
+    pub store: String,
+    pub currency: String,
+    pub source_partition: i32,
+    pub orders: u64,
+    pub units: u64,
+    pub gross: Decimal,
+    pub cancelled: Decimal,
+    pub refunded: Decimal,
+    pub net: Decimal,
+    pub version: u64,
+    pub as_of: String,
+}
+
+pub fn rfc3339_ms(t_ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(t_ms)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+        .unwrap_or_else(|| format!("@{t_ms}ms"))
+}
+
+/// Compacted-topic key: `window_start|store|currency|p<partition>`.
+pub fn record_key(key: &DashKey, partition: i32) -> String {
+    format!("{}|{}|{}|p{}", rfc3339_ms(key.window_start_ms), key.store, key.currency.code(), partition)
+}
+
+pub fn record(key: &DashKey, partition: i32, agg: &DashAgg, window_size_ms: i64) -> DashboardRecord {
+    let c = key.currency;
+    DashboardRecord {
+        window_start: rfc3339_ms(key.window_start_ms),
+        window_end: rfc3339_ms(key.window_start_ms + window_size_ms),
+        store: key.store.clone(),
+        currency: c.code().to_string(),
+        source_partition: partition,
+        orders: agg.orders,
+        units: agg.units,
+        gross: c.canonical(agg.gross),
+        cancelled: c.canonical(agg.cancelled),
+        refunded: c.canonical(agg.refunded),
+        net: c.canonical(agg.net()),
+        version: agg.version,
+        as_of: rfc3339_ms(agg.as_of_ms),
+    }
+}
+
+pub fn record_bytes(key: &DashKey, partition: i32, agg: &DashAgg, window_size_ms: i64) -> Vec<u8> {
+    // Serialising a struct of strings, integers and decimals cannot fail.
+    serde_json::to_vec(&record(key, partition, agg, window_size_ms)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Line;
+    use std::str::FromStr;
+
+    fn ev(kind: EventKind, t: i64, lines: Vec<(u32, &str)>, refund: Option<&str>) -> CanonicalEvent {
+        CanonicalEvent {
+            event_id: "e".into(),
+            order_id: "o".into(),
+            kind,
+            event_time_ms: t,
+            store: "tokyo-01".into(),
+            currency: Currency::from_code("JPY"),
+            channel: None,
+            lines: lines
+                .into_iter()
+                .map(|(qty, p)| Line { sku: "SKU-1".into(), qty, unit_price: Decimal::from_str(p).ok() })
+                .collect(),
+            refund_amount: refund.and_then(|r| Decimal::from_str(r).ok()),
+            schema_version: 1,
+        }
+    }
+
+    #[test]
+    fn net_is_gross_minus_cancelled_minus_refunded_and_version_counts_events() {
+        let mut agg = DashAgg::default();
+        let placed = ev(EventKind::Placed, 61_000, vec![(2, "1980"), (1, "500")], None);
+        let cancelled = ev(EventKind::Cancelled, 62_000, vec![(1, "500")], None);
+        let refunded = ev(EventKind::Refunded, 63_000, vec![], Some("100"));
+        apply(&mut agg, &placed, 10);
+        apply(&mut agg, &cancelled, 30);
+        apply(&mut agg, &refunded, 20);
+        assert_eq!((agg.orders, agg.units, agg.version, agg.as_of_ms), (1, 3, 3, 30));
+        assert_eq!(agg.net(), Decimal::from(4460 - 500 - 100));
+    }
+
+    #[test]
+    fn shipped_events_do_not_touch_the_dashboard() {
+        assert_eq!(key_for(&ev(EventKind::Shipped, 0, vec![(1, "1")], None), 60_000), None);
+    }
+
+    #[test]
+    fn record_bytes_are_stable_for_equal_inputs() {
+        let mut agg = DashAgg::default();
+        apply(&mut agg, &ev(EventKind::Placed, 61_000, vec![(2, "1980")], None), 70_000);
+        let key = key_for(&ev(EventKind::Placed, 61_000, vec![], None), 60_000).expect("key");
+        let a = record_bytes(&key, 3, &agg, 60_000);
+        assert_eq!(a, record_bytes(&key, 3, &agg.clone(), 60_000));
+        let text = String::from_utf8(a).expect("utf8");
+        assert_eq!(
+            text,
+            r#"{"window_start":"1970-01-01T00:01:00.000Z","window_end":"1970-01-01T00:02:00.000Z","store":"tokyo-01","currency":"JPY","source_partition":3,"orders":1,"units":2,"gross":"3960","cancelled":"0","refunded":"0","net":"3960","version":1,"as_of":"1970-01-01T00:01:10.000Z"}"#
+        );
+        assert_eq!(record_key(&key, 3), "1970-01-01T00:01:00.000Z|tokyo-01|JPY|p3");
+    }
+}

@@ -1,0 +1,22 @@
+//! The pure model of tidemark: everything that decides *what* a result is, with no I/O.
+//!
+//! Module map:
+//! - [`currency`]: ISO 4217 currencies known to tidemark and their minor-unit exponents.
+//! - [`event`]: the canonical order event every mode works on, and the inventory snapshot.
+//! - [`reject`]: machine-readable reasons a source record is dead-lettered.
+//! - [`normalize`]: the one shared layer that turns schema v1/v2 bytes into canonical events.
+//! - [`logical`]: logical time (append time, topic, partition, offset) of a source record.
+//! - [`config`]: the topology file (TOML): load, validate, report every error with its place.
+//! - [`dashboard`]: per-window, per-store dashboard aggregates and their output records.
+//! - [`window`]: event-time window arithmetic and the per-partition watermark.
+//! - [`gen`]: the deterministic, seeded order-event generator used by demo, tests and benches.
+
+pub mod config;
+pub mod currency;
+pub mod dashboard;
+pub mod event;
+pub mod gen;
+pub mod logical;
+pub mod normalize;
+pub mod reject;
+pub mod window;
