@@ -109,7 +109,7 @@ if [ ! -f "$SCHEMAS/.complete" ]; then
 fi
 SCHEMA_LOCATION="$SCHEMAS/{{ .ResourceKind }}{{ .KindSuffix }}.json"
 
-say "helm $HELM_VERSION, kubeconform $KUBECONFORM_VERSION, promtool ${PROMTOOL:+(prometheus module $PROMETHEUS_MODULE_VERSION)}${PROMTOOL:-not built}, schemas: $SCHEMAS"
+say "helm $HELM_VERSION, kubeconform $KUBECONFORM_VERSION, promtool: $([ -n "$PROMTOOL" ] && echo "prometheus module $PROMETHEUS_MODULE_VERSION" || echo "not built"), schemas: $SCHEMAS"
 
 # ---- checks ----------------------------------------------------------------------------
 PASS=0; FAIL=0; SKIP=0

@@ -20,3 +20,6 @@ export TIDEMARK_TEST_BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 
 echo "[test] cargo test (broker $TIDEMARK_TEST_BOOTSTRAP)" >&2
 cargo test --release --workspace -- --test-threads=2
+
+echo "[test] helm chart: lint, render, schema-validate, alert rules, dashboard" >&2
+TIDEMARK_BIN="$CARGO_TARGET_DIR/release/tidemark" bash helm/test.sh

@@ -86,6 +86,9 @@ pub struct DemoArgs {
     /// Order-topic records to generate.
     #[arg(long, default_value_t = 200_000)]
     pub events: u64,
+    /// Wall-clock production rate (events/s); the generator is paced open-loop.
+    #[arg(long, default_value_t = 20_000.0)]
+    pub rate: f64,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Where the demo keeps its RocksDB state (deleted first).

@@ -162,6 +162,7 @@ impl Runner {
                         self.tasks.remove(&id.partition);
                         self.at_end.remove(&id.partition);
                     }
+                    self.opts.stats.assigned.store(self.tasks.len() as i64, Ordering::Relaxed);
                 }
                 AssignmentEvent::Assigned(ids) => {
                     for id in ids {
@@ -174,6 +175,7 @@ impl Runner {
                         info!(partition = %id, next_offset = task.next_offset(), "restored");
                         self.tasks.insert(id.partition, task);
                     }
+                    self.opts.stats.assigned.store(self.tasks.len() as i64, Ordering::Relaxed);
                 }
             }
         }

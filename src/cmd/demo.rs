@@ -1,8 +1,8 @@
 //! `tidemark demo`: the whole pipeline with nothing installed.
 //!
 //! librdkafka's in-process mock cluster stands in for Kafka here and only here: it has no
-//! LogAppendTime (the producer's timestamps are used) and no transactions, so nothing in
-//! the test suite relies on it.
+//! LogAppendTime (the producer's timestamps are used), no transactions, and keeps only the
+//! last 5 MB / 100k records of each partition, so nothing in the test suite relies on it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,7 +40,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let gen_args = GenArgs {
         seed: args.seed,
         events: args.events,
-        rate: 20_000.0,
+        rate: args.rate,
         start: "now".into(),
         spike: None,
         late_fraction: 0.02,
@@ -52,16 +52,22 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         stores: 12,
         open_orders: 50_000,
         inventory_every: 1000,
-        event_bytes: 1024,
+        event_bytes: 512,
         out: None,
         orders_topic: topology.orders.topic.clone(),
         inventory_topic: topology.inventory.topic.clone(),
-        paced: false,
+        paced: true,
         kafka: KafkaArgs { bootstrap: settings.bootstrap.clone(), kafka_option: Vec::new(), kafka_config: None },
     };
     let producer_settings = settings.clone();
     let done = Arc::clone(&generated);
+    let assigned = Arc::clone(&stats);
     let producer = std::thread::spawn(move || {
+        // The mock cluster keeps only the last 5 MB of each partition: start producing once
+        // the processor is consuming, and pace it, so nothing is truncated before it is read.
+        while assigned.assigned.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let result = gen::run(gen_args, &producer_settings);
         done.store(true, Ordering::Relaxed);
         result

@@ -13,6 +13,8 @@ pub struct Stats {
     pub commits: AtomicU64,
     /// Sum of consumer lag over assigned partitions, from librdkafka statistics.
     pub lag: AtomicI64,
+    /// Partitions currently assigned to this process.
+    pub assigned: AtomicI64,
 }
 
 impl Stats {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
@@ -79,6 +79,16 @@ impl TaskContext {
 }
 
 impl ClientContext for TaskContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        // End of partition is how `--exit-at-end` learns it is done, not a fault.
+        if matches!(error, KafkaError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF)
+        {
+            return;
+        }
+        error!(error = %error, reason, "kafka client error");
+    }
+
     fn stats(&self, statistics: Statistics) {
         let lag: i64 = statistics
             .topics
