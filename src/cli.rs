@@ -75,6 +75,13 @@ pub struct RunArgs {
     /// Print a status line every N seconds (0 = off).
     #[arg(long, default_value_t = 0)]
     pub status_every: u64,
+    /// Serve `/metrics`, `/healthz`, `/readyz`, `POST /pause`, `POST /resume` here,
+    /// e.g. `0.0.0.0:9090`. Off when not given.
+    #[arg(long, env = "TIDEMARK_HTTP_ADDR")]
+    pub http_addr: Option<std::net::SocketAddr>,
+    /// Seconds between two measurements of backlog age per partition.
+    #[arg(long, default_value_t = 2)]
+    pub backlog_probe_every: u64,
     /// Accept rebuilding a partition that has no local state from a log whose head was
     /// deleted (the rebuilt state then misses those records).
     #[arg(long)]

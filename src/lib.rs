@@ -9,6 +9,7 @@
 //! - [`kafka`]: client settings, topic admin, consumer context, output producer, bounded reads.
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
 //! - [`status`]: the live status line and final summary.
+//! - [`telemetry`]: `/metrics`, `/healthz`, `/readyz`, pause/resume, backlog-age prober.
 
 pub mod cli;
 pub mod cmd;
@@ -17,3 +18,4 @@ pub mod failpoint;
 pub mod kafka;
 pub mod status;
 pub mod stream;
+pub mod telemetry;

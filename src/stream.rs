@@ -22,6 +22,8 @@ use crate::failpoint;
 use crate::kafka::context::{AssignmentEvent, TaskContext};
 use crate::kafka::sink::OutputSink;
 use crate::kafka::KafkaSettings;
+use crate::telemetry::events::Latencies;
+use crate::telemetry::Progress;
 
 /// Source index of the orders topic in `PartitionId::source`.
 pub const ORDERS_SOURCE: u16 = 0;
@@ -41,6 +43,7 @@ pub struct StreamOptions {
     pub exit_at_end: Option<Arc<AtomicBool>>,
     /// See `tidemark run --allow-partial-rebuild`.
     pub allow_partial_rebuild: bool,
+    pub progress: Arc<Progress>,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -53,6 +56,10 @@ struct Runner {
     out: Vec<OutputRecord>,
     task_cfg: TaskConfig,
     at_end: BTreeMap<i32, bool>,
+    latencies: Latencies,
+    /// When the oldest record of the current batch was consumed.
+    batch_started: Option<Instant>,
+    paused: bool,
 }
 
 /// Runs until `stop` is set (SIGTERM/SIGINT) or, with `exit_at_end`, the log is drained.
@@ -92,8 +99,18 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         window: t.dashboard_window,
         dedup_retention_ms: t.dedup_retention_ms,
     };
-    let mut runner =
-        Runner { opts, store, sink, tasks: BTreeMap::new(), out: Vec::new(), task_cfg, at_end: BTreeMap::new() };
+    let mut runner = Runner {
+        opts,
+        store,
+        sink,
+        tasks: BTreeMap::new(),
+        out: Vec::new(),
+        task_cfg,
+        at_end: BTreeMap::new(),
+        latencies: Latencies::default(),
+        batch_started: None,
+        paused: false,
+    };
     runner.run_loop(&consumer)
 }
 
@@ -105,6 +122,8 @@ impl Runner {
             let deadline = Instant::now() + interval;
             let mut taken = 0usize;
             while taken < max_batch && !self.opts.stop.load(Ordering::Relaxed) {
+                self.opts.progress.beat();
+                self.apply_pause(consumer);
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -121,14 +140,14 @@ impl Runner {
                         let p = msg.partition();
                         self.at_end.insert(p, false);
                         let Some(task) = self.tasks.get_mut(&p) else { continue };
-                        let rec = SourceRecord {
-                            key: msg.key(),
-                            value: msg.payload(),
-                            append_ms: msg.timestamp().to_millis().unwrap_or(0),
-                            offset: msg.offset(),
-                        };
+                        let append_ms = msg.timestamp().to_millis().unwrap_or(0);
+                        let rec =
+                            SourceRecord { key: msg.key(), value: msg.payload(), append_ms, offset: msg.offset() };
                         if task.ingest(rec, &mut self.out, &self.opts.stats) {
                             taken += 1;
+                            let age_ms = chrono::Utc::now().timestamp_millis() - append_ms;
+                            self.latencies.append_to_consume.record(age_ms.max(0) as f64 / 1000.0);
+                            self.batch_started.get_or_insert_with(Instant::now);
                         }
                     }
                 }
@@ -148,6 +167,23 @@ impl Runner {
         Ok(())
     }
 
+    /// Applies `POST /pause` and `POST /resume` to the consumer's current assignment.
+    fn apply_pause(&mut self, consumer: &Consumer_) {
+        let want = self.opts.progress.paused.load(Ordering::Relaxed);
+        if want == self.paused {
+            return;
+        }
+        let Ok(assignment) = consumer.assignment() else { return };
+        let result = if want { consumer.pause(&assignment) } else { consumer.resume(&assignment) };
+        match result {
+            Ok(()) => {
+                self.paused = want;
+                info!(paused = want, "consumption {}", if want { "paused" } else { "resumed" });
+            }
+            Err(e) => warn!(error = %e, "cannot change pause state"),
+        }
+    }
+
     fn drained(&self) -> bool {
         !self.tasks.is_empty() && self.tasks.keys().all(|p| self.at_end.get(p).copied().unwrap_or(false))
     }
@@ -161,6 +197,7 @@ impl Runner {
                     for id in ids {
                         self.tasks.remove(&id.partition);
                         self.at_end.remove(&id.partition);
+                        self.opts.progress.revoked(id.partition);
                     }
                     self.opts.stats.assigned.store(self.tasks.len() as i64, Ordering::Relaxed);
                 }
@@ -173,9 +210,12 @@ impl Runner {
                             self.check_full_log(consumer, id)?;
                         }
                         info!(partition = %id, next_offset = task.next_offset(), "restored");
+                        self.opts.progress.assigned(id.partition, task.next_offset());
                         self.tasks.insert(id.partition, task);
                     }
                     self.opts.stats.assigned.store(self.tasks.len() as i64, Ordering::Relaxed);
+                    // A fresh assignment is unpaused; the loop re-applies a pause in force.
+                    self.paused = false;
                 }
             }
         }
@@ -219,12 +259,18 @@ impl Runner {
         Stats::add(&self.opts.stats.outputs, self.out.len() as u64);
         self.sink.send_all(&mut self.out)?;
         failpoint::hit("commit.before_outputs_flushed");
-        self.sink.flush()?;
+        let progress = Arc::clone(&self.opts.progress);
+        self.sink.flush(&move || progress.beat())?;
         failpoint::hit("commit.after_outputs_before_state");
         if batch.is_empty() {
             return Ok(());
         }
+        let fsync_started = Instant::now();
         batch.commit()?;
+        self.latencies.checkpoint_committed(fsync_started.elapsed());
+        if let Some(started) = self.batch_started.take() {
+            self.latencies.consume_to_commit.record(started.elapsed().as_secs_f64());
+        }
         Stats::add(&self.opts.stats.commits, 1);
         failpoint::hit("commit.after_state_before_group");
         let mut tpl = TopicPartitionList::new();
@@ -232,6 +278,7 @@ impl Runner {
             if let Some(task) = self.tasks.get(&id.partition) {
                 task.committed(&self.store);
             }
+            self.opts.progress.committed(id.partition, *next);
             if id.source == ORDERS_SOURCE {
                 let _ = tpl.add_partition_offset(&self.opts.topology.orders.topic, id.partition, Offset::Offset(*next));
             }

@@ -85,6 +85,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         stats: Arc::clone(&stats),
         exit_at_end: Some(generated),
         allow_partial_rebuild: false,
+        progress: Arc::new(crate::telemetry::Progress::default()),
     });
     stop.store(true, Ordering::Relaxed);
     let _ = printer.join();

@@ -4,12 +4,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use tidemark_topology::config;
 use tracing::info;
 
 use crate::cli::{KafkaArgs, RunArgs};
 use crate::engine::Stats;
 use crate::kafka::{admin, KafkaSettings};
+use crate::telemetry::{backlog, events, http, Progress};
 use crate::{status, stream};
 
 pub fn settings(k: &KafkaArgs) -> anyhow::Result<KafkaSettings> {
@@ -53,6 +55,21 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let stats = Arc::new(Stats::default());
     let printer = (args.status_every > 0)
         .then(|| status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(args.status_every)));
+    let progress = Arc::new(Progress::default());
+    let mut prober = None;
+    if let Some(addr) = args.http_addr {
+        let handle = events::install()?;
+        let listener = rt.block_on(http::bind(addr)).with_context(|| format!("binding --http-addr {addr}"))?;
+        info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
+        rt.spawn(http::serve(listener, handle, Arc::clone(&stats), Arc::clone(&progress)));
+        prober = Some(backlog::spawn(
+            &settings,
+            topology.orders.topic.clone(),
+            Arc::clone(&progress),
+            Arc::clone(&stop),
+            Duration::from_secs(args.backlog_probe_every.max(1)),
+        )?);
+    }
     let started = Instant::now();
     let result = stream::run(stream::StreamOptions {
         settings,
@@ -64,8 +81,12 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         stats: Arc::clone(&stats),
         exit_at_end: args.exit_at_end.then(|| Arc::new(AtomicBool::new(true))),
         allow_partial_rebuild: args.allow_partial_rebuild,
+        progress,
     });
     stop.store(true, Ordering::Relaxed);
+    if let Some(p) = prober {
+        let _ = p.join();
+    }
     if let Some(p) = printer {
         let _ = p.join();
     }

@@ -15,6 +15,8 @@ pub struct Stats {
     pub lag: AtomicI64,
     /// Partitions currently assigned to this process.
     pub assigned: AtomicI64,
+    /// Dead letters per reason, indexed like `RejectReason::ALL`.
+    pub dead_letters_by_reason: [AtomicU64; 11],
 }
 
 impl Stats {

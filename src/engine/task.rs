@@ -19,6 +19,7 @@ use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, Sta
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
 use tidemark_topology::event::CanonicalEvent;
 use tidemark_topology::normalize::normalize_order;
+use tidemark_topology::reject::RejectReason;
 use tidemark_topology::window::{window_start, Watermark, WindowPolicy};
 
 use super::output::{OutputRecord, Sink};
@@ -118,6 +119,9 @@ impl PartitionTask {
             Ok(event) => event,
             Err(rejection) => {
                 Stats::add(&stats.dead_letters, 1);
+                if let Some(i) = RejectReason::ALL.iter().position(|r| *r == rejection.reason) {
+                    Stats::add(&stats.dead_letters_by_reason[i], 1);
+                }
                 out.push(OutputRecord::side_output(
                     Sink::DeadLetter,
                     source,

@@ -17,6 +17,7 @@ use tidemark_state::{PartitionId, Store};
 use tracing::{error, info, warn};
 
 use crate::engine::Stats;
+use crate::telemetry::events;
 
 /// Assignment changes for the stream thread to act on after `poll` returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,12 +111,14 @@ impl ConsumerContext for TaskContext {
                 let ids = self.ids(tpl);
                 info!(partitions = ?ids, "assigned");
                 self.push(AssignmentEvent::Assigned(ids));
+                events::rebalanced();
                 consumer.assign(tpl)
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let ids = self.ids(tpl);
                 info!(partitions = ?ids, "revoked");
                 self.push(AssignmentEvent::Revoked(ids));
+                events::rebalanced();
                 consumer.unassign()
             }
             other => {

@@ -96,11 +96,13 @@ impl OutputSink {
 
     /// Waits until every queued record is acknowledged. An error means some record was not
     /// delivered: the caller must not commit the state that produced it.
-    pub fn flush(&self) -> anyhow::Result<()> {
+    /// `alive` is called while waiting, so liveness reflects a loop that waits, not one that hangs.
+    pub fn flush(&self, alive: &dyn Fn()) -> anyhow::Result<()> {
         loop {
             match self.producer.flush(Duration::from_secs(10)) {
                 Ok(()) => break,
                 Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {
+                    alive();
                     tracing::warn!(
                         in_flight = self.producer.in_flight_count(),
                         "outputs not yet acknowledged; waiting"

@@ -183,3 +183,64 @@ pub fn without_as_of(values: &BTreeMap<Vec<u8>, Vec<u8>>) -> BTreeMap<Vec<u8>, s
         })
         .collect()
 }
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// A minimal HTTP/1.1 request; returns (status, body). `None` when nothing listens yet.
+pub fn http(method: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Some((status, body))
+}
+
+/// Values of one metric family from a Prometheus text page: `(labels, value)` pairs.
+pub fn metric(page: &str, name: &str) -> Vec<(String, f64)> {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric_name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            (metric_name == name).then(|| (labels.to_string(), value.parse().unwrap_or(f64::NAN)))
+        })
+        .collect()
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or panics after `limit` with `what`.
+pub fn wait_for<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().expect("kill");
+    assert!(status.success(), "kill -{sig} failed");
+}
+
+/// The count in the processor's final summary line (`processed N records`).
+pub fn processed(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .rev()
+        .filter_map(|l| l.split("processed ").nth(1))
+        .find_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no summary line in:\n{stderr}"))
+}

@@ -1,0 +1,86 @@
+//! Lag and backlog age, measured exactly and independently of the stream loop.
+//!
+//! Every interval, for each assigned partition, the prober asks the broker for the log end
+//! offset (lag = log end − committed checkpoint offset) and, when there is lag, reads the
+//! one record at the checkpoint offset with its own consumer. Backlog age is the seconds
+//! between now and that record's broker append time: the age of the oldest record not yet
+//! committed; 0 when the checkpoint is at the log end. Because the prober has its own
+//! consumer, both figures keep rising while the stream loop is paused, slow or wedged (a
+//! paused consumer's own statistics stop refreshing the high watermark).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tracing::warn;
+
+use super::Progress;
+use crate::kafka::KafkaSettings;
+
+pub fn spawn(
+    settings: &KafkaSettings,
+    topic: String,
+    progress: Arc<Progress>,
+    stop: Arc<AtomicBool>,
+    every: Duration,
+) -> anyhow::Result<JoinHandle<()>> {
+    let consumer: BaseConsumer = settings
+        .client_config()
+        // librdkafka wants a group id even for manual assignment; this one never commits.
+        .set("group.id", "tidemark-backlog-prober")
+        .set("enable.auto.commit", "false")
+        .set("max.partition.fetch.bytes", "65536")
+        .set("fetch.wait.max.ms", "100")
+        .create()?;
+    Ok(std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            for (partition, mut p) in progress.snapshot() {
+                match consumer.fetch_watermarks(&topic, partition, Duration::from_secs(5)) {
+                    Ok((_, high)) => {
+                        progress.high_watermark(partition, high);
+                        p.high_watermark = Some(high);
+                    }
+                    Err(e) => warn!(partition, error = %e, "cannot read the log end offset"),
+                }
+                let age = match p.high_watermark {
+                    Some(high) if p.committed_next < high => {
+                        match append_ms_at(&consumer, &topic, partition, p.committed_next) {
+                            Some(append_ms) => {
+                                let now = chrono::Utc::now().timestamp_millis();
+                                ((now - append_ms).max(0) as f64) / 1000.0
+                            }
+                            None => continue,
+                        }
+                    }
+                    _ => 0.0,
+                };
+                progress.backlog_age(partition, age);
+            }
+            let until = Instant::now() + every;
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }))
+}
+
+/// Append time of the first record at or after `offset` (offsets can have gaps).
+fn append_ms_at(consumer: &BaseConsumer, topic: &str, partition: i32, offset: i64) -> Option<i64> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(offset)).ok()?;
+    if let Err(e) = consumer.assign(&tpl) {
+        warn!(error = %e, "backlog prober cannot assign");
+        return None;
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) if m.partition() == partition => return m.timestamp().to_millis(),
+            _ => {}
+        }
+    }
+    None
+}
