@@ -152,3 +152,36 @@ impl Drop for Guard {
         let _ = self.0.wait();
     }
 }
+
+#[test]
+fn kafka_secrets_passed_through_never_appear_in_logs_or_metrics() {
+    let orders = unique("secret");
+    let t = topology(&orders, &unique("run-secret"));
+    create_topics(&t);
+    generate(&orders, &["--events", "200", "--rate", "100", "--seed", "2"]);
+    let state = tempfile::tempdir().expect("tmp");
+    let dir = tempfile::tempdir().expect("tmp");
+    let props = dir.path().join("client.properties");
+    std::fs::write(&props, "# from a mounted Secret\nsasl.username=svc\nsasl.password=pw-from-file-7731\n")
+        .expect("props");
+    let port = free_port();
+    let mut cmd = run_command(&t, state.path(), &unique("g"));
+    cmd.args(["-X", "ssl.key.password=pw-from-flag-4409", "--kafka-config"]).arg(&props).args([
+        "--http-addr",
+        &format!("127.0.0.1:{port}"),
+        "--log",
+        "debug",
+    ]);
+    let mut child = scopeguard(cmd.spawn().expect("spawn"));
+    let page = wait_for(Duration::from_secs(60), "metrics after processing", || {
+        let page = http("GET", port, "/metrics")?.1;
+        (metric(&page, "tidemark_records_total").first()?.1 >= 200.0).then_some(page)
+    });
+    child.finish();
+    let err = stderr_of(std::mem::replace(&mut child.0, std::process::Command::new("true").spawn().expect("true")));
+    for secret in ["pw-from-file-7731", "pw-from-flag-4409"] {
+        assert!(!err.contains(secret), "secret {secret} leaked into the log");
+        assert!(!page.contains(secret), "secret {secret} leaked into /metrics");
+    }
+    assert!(err.contains("<redacted>"), "the settings line must show that secrets were redacted:\n{err}");
+}
