@@ -2,17 +2,21 @@
 //! and the command line.
 //!
 //! Module map:
+//! - [`actions`]: sees committed outbox rows to a final state: dispatch, retry, audit.
 //! - [`cli`]: every command and flag (clap).
 //! - [`cmd`]: one module per command (`run`, `demo`, `gen`, `query`).
 //! - [`engine`]: per-partition tasks: normalise, dedup, window, aggregate; no Kafka inside.
 //! - [`stream`]: the stream thread: poll, ingest, commit (outputs, then state + offsets).
+//! - [`dispatch`]: the idempotent, signed HTTP dispatcher of actions (one classified POST per call).
 //! - [`kafka`]: client settings, topic admin, consumer context, output producer, bounded reads.
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
 //! - [`status`]: the live status line and final summary.
 //! - [`telemetry`]: `/metrics`, `/healthz`, `/readyz`, pause/resume, backlog-age prober.
 
+pub mod actions;
 pub mod cli;
 pub mod cmd;
+pub mod dispatch;
 pub mod engine;
 pub mod failpoint;
 pub mod kafka;

@@ -24,7 +24,16 @@ use crate::{status, stream};
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let topology = config::parse(config::EXAMPLE, "topology/examples/orders.toml")?;
     let mock: MockCluster<'static, DefaultProducerContext> = MockCluster::new(1).context("starting mock cluster")?;
-    for spec in [&topology.orders, &topology.inventory, &topology.dashboard, &topology.dead_letter, &topology.late] {
+    for spec in [
+        &topology.orders,
+        &topology.inventory,
+        &topology.dashboard,
+        &topology.dead_letter,
+        &topology.late,
+        &topology.audit,
+        &topology.action_dead_letter,
+        &topology.sku_repartition,
+    ] {
         mock.create_topic(&spec.topic, spec.partitions, 1).with_context(|| format!("creating {}", spec.topic))?;
     }
     let settings = KafkaSettings::new(&mock.bootstrap_servers());
@@ -86,6 +95,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         exit_at_end: Some(generated),
         allow_partial_rebuild: false,
         progress: Arc::new(crate::telemetry::Progress::default()),
+        rows: None,
+        store: None,
+        sku_owned: Default::default(),
     });
     stop.store(true, Ordering::Relaxed);
     let _ = printer.join();

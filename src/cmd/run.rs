@@ -12,7 +12,7 @@ use crate::cli::{KafkaArgs, RunArgs};
 use crate::engine::Stats;
 use crate::kafka::{admin, KafkaSettings};
 use crate::telemetry::{backlog, events, http, Progress};
-use crate::{status, stream};
+use crate::{actions, status, stream};
 
 pub fn settings(k: &KafkaArgs) -> anyhow::Result<KafkaSettings> {
     let mut s = KafkaSettings::new(&k.bootstrap);
@@ -70,8 +70,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             Duration::from_secs(args.backlog_probe_every.max(1)),
         )?);
     }
-    let started = Instant::now();
-    let result = stream::run(stream::StreamOptions {
+    let mut opts = stream::StreamOptions {
         settings,
         topology,
         state_dir: args.state_dir,
@@ -82,7 +81,24 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         exit_at_end: args.exit_at_end.then(|| Arc::new(AtomicBool::new(true))),
         allow_partial_rebuild: args.allow_partial_rebuild,
         progress,
-    });
+        rows: None,
+        store: None,
+        sku_owned: Default::default(),
+    };
+    let store = stream::open_store(&opts)?;
+    let actions = actions::spawn(
+        rt,
+        &opts.settings,
+        &opts.topology,
+        Arc::clone(&store),
+        Arc::clone(&stop),
+        Arc::clone(&opts.stats),
+    )?;
+    opts.rows = Some(actions.rows);
+    opts.sku_owned = actions.owned;
+    opts.store = Some(store);
+    let started = Instant::now();
+    let result = stream::run(opts);
     stop.store(true, Ordering::Relaxed);
     if let Some(p) = prober {
         let _ = p.join();

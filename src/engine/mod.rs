@@ -2,7 +2,11 @@
 //! and output records. No Kafka here: the engine sees plain records and a state store, so it
 //! is tested without a broker and drives the stream, micro-batch and batch modes alike.
 
+pub mod derive;
+pub mod inventory;
+pub mod outbox;
 pub mod output;
+pub mod sku_task;
 pub mod stats;
 pub mod task;
 

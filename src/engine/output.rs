@@ -6,6 +6,8 @@ pub enum Sink {
     Dashboard,
     DeadLetter,
     Late,
+    /// The internal SKU repartition topic (always with an explicit partition).
+    Repartition,
 }
 
 /// Header names carried by dead-letter and late records (values are UTF-8).
@@ -24,6 +26,8 @@ pub struct OutputRecord {
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
     pub headers: Vec<(&'static str, String)>,
+    /// Explicit partition; `None` lets the producer's partitioner choose by key.
+    pub partition: Option<i32>,
 }
 
 impl OutputRecord {
@@ -50,6 +54,7 @@ impl OutputRecord {
                 (headers::SOURCE_OFFSET, offset.to_string()),
                 (headers::SOURCE_APPEND_MS, append_ms.to_string()),
             ],
+            partition: None,
         }
     }
 }

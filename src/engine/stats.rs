@@ -1,6 +1,6 @@
 //! Process-wide counters read by the status line, the summary and the metrics exporter.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -11,10 +11,16 @@ pub struct Stats {
     pub late: AtomicU64,
     pub outputs: AtomicU64,
     pub commits: AtomicU64,
+    /// Order lines and snapshots applied to per-SKU state.
+    pub sku_inputs: AtomicU64,
+    /// Action keys produced (outbox rows written), all modes.
+    pub actions: AtomicU64,
     /// Sum of consumer lag over assigned partitions, from librdkafka statistics.
     pub lag: AtomicI64,
     /// Partitions currently assigned to this process.
     pub assigned: AtomicI64,
+    /// Set when committed outbox rows could not be handed to the dispatcher at once.
+    pub outbox_rescan: AtomicBool,
     /// Dead letters per reason, indexed like `RejectReason::ALL`.
     pub dead_letters_by_reason: [AtomicU64; 11],
 }

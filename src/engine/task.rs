@@ -17,11 +17,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
-use tidemark_topology::event::CanonicalEvent;
+use tidemark_topology::event::{CanonicalEvent, EventKind};
 use tidemark_topology::normalize::normalize_order;
 use tidemark_topology::reject::RejectReason;
 use tidemark_topology::window::{window_start, Watermark, WindowPolicy};
 
+use super::derive::{sku_partition, Derived};
 use super::output::{OutputRecord, Sink};
 use super::stats::Stats;
 
@@ -40,11 +41,16 @@ pub struct TaskConfig {
     pub topic: String,
     pub window: WindowPolicy,
     pub dedup_retention_ms: i64,
+    /// Partitions of the SKU repartition topic; 0 turns the inventory path off.
+    pub sku_partitions: i32,
 }
 
 struct Pending {
     event: CanonicalEvent,
     append_ms: i64,
+    offset: i64,
+    /// Running maximum of append times in this partition up to this record.
+    effective_append_ms: i64,
     /// Original bytes and offset, kept only when the event is beyond retention (rare).
     late: Option<(Option<Vec<u8>>, Vec<u8>, i64)>,
 }
@@ -140,7 +146,13 @@ impl PartitionTask {
         let late =
             self.cfg.window.expired(start, wm).then(|| (rec.key.map(<[u8]>::to_vec), value.to_vec(), rec.offset));
         self.watermark.observe(event.event_time_ms);
-        self.pending.push(Pending { event, append_ms: rec.append_ms, late });
+        self.pending.push(Pending {
+            event,
+            append_ms: rec.append_ms,
+            offset: rec.offset,
+            effective_append_ms: self.checkpoint.max_append_ms,
+            late,
+        });
         true
     }
 
@@ -180,6 +192,7 @@ impl PartitionTask {
                 continue;
             }
             Stats::add(&stats.events_applied, 1);
+            self.derive_lines(p, out);
             if let Some(key) = dashboard::key_for(&p.event, size_ms) {
                 let entry = self.aggs.entry(key).or_insert_with(|| Entry { agg: DashAgg::default(), dirty: false });
                 dashboard::apply(&mut entry.agg, &p.event, p.append_ms);
@@ -195,6 +208,7 @@ impl PartitionTask {
                 key: Some(dashboard::record_key(key, self.id.partition).into_bytes()),
                 value: dashboard::record_bytes(key, self.id.partition, &entry.agg, size_ms),
                 headers: Vec::new(),
+                partition: None,
             });
         }
 
@@ -212,6 +226,42 @@ impl PartitionTask {
         Ok(())
     }
 
+    /// Forwards the lines of an applied placed/cancelled event to the SKU that owns them.
+    fn derive_lines(&self, p: &Pending, out: &mut Vec<OutputRecord>) {
+        let placed = match p.event.kind {
+            EventKind::Placed => true,
+            EventKind::Cancelled => false,
+            EventKind::Shipped | EventKind::Refunded => return,
+        };
+        if self.cfg.sku_partitions <= 0 {
+            return;
+        }
+        let lt = (p.effective_append_ms, self.id.source, self.id.partition, p.offset);
+        for (idx, line) in p.event.lines.iter().enumerate() {
+            let d = Derived::Line {
+                lt,
+                idx: u32::try_from(idx).unwrap_or(u32::MAX),
+                sku: line.sku.clone(),
+                placed,
+                qty: line.qty,
+                event_ms: p.event.event_time_ms,
+                append_ms: p.append_ms,
+            };
+            out.push(OutputRecord {
+                sink: Sink::Repartition,
+                key: Some(line.sku.as_bytes().to_vec()),
+                value: d.encode(),
+                headers: Vec::new(),
+                partition: Some(sku_partition(&line.sku, self.cfg.sku_partitions)),
+            });
+        }
+    }
+
+    /// This upstream's progress promise for the SKU merge (see [`super::derive`]).
+    pub fn mark(&self, idle_bound_ms: Option<i64>) -> Derived {
+        mark(self.id, &self.checkpoint, idle_bound_ms)
+    }
+
     /// After the batch is durable: allow compaction to drop dedup entries that can never
     /// match again. Append times may step back a little (leader change, clock correction),
     /// hence the margin.
@@ -219,5 +269,16 @@ impl PartitionTask {
         const APPEND_TIME_MARGIN_MS: i64 = 3_600_000;
         let horizon = self.checkpoint.max_append_ms - self.cfg.dedup_retention_ms - APPEND_TIME_MARGIN_MS;
         store.set_dedup_horizon(self.id, horizon);
+    }
+}
+
+/// "Every record I write from now on has a logical time of at least this": the effective
+/// append time so far (later records cannot be lower) and the next offset. A caught-up
+/// upstream may promise more, `idle_bound_ms` (clock minus the configured skew).
+pub fn mark(id: PartitionId, checkpoint: &Checkpoint, idle_bound_ms: Option<i64>) -> Derived {
+    let append = checkpoint.max_append_ms.max(idle_bound_ms.unwrap_or(i64::MIN));
+    Derived::Mark {
+        upstream: (id.source, id.partition),
+        bound: (append, id.source, id.partition, checkpoint.next_offset),
     }
 }

@@ -16,6 +16,7 @@ fn cfg() -> TaskConfig {
         topic: "orders".into(),
         window: WindowPolicy { size_ms: MIN, allowed_lateness_ms: 0, grace_ms: 2 * MIN, retention_ms: 7 * HOUR },
         dedup_retention_ms: 7 * 24 * HOUR,
+        sku_partitions: 0,
     }
 }
 

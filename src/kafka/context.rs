@@ -5,7 +5,9 @@
 //! fetch position with `checkpoint.next_offset` (or the log start when the partition has no
 //! state here), before librdkafka starts fetching.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -32,6 +34,8 @@ pub struct TaskContext {
     pub sources: Vec<String>,
     pub events: Mutex<Vec<AssignmentEvent>>,
     pub stats: Arc<Stats>,
+    /// Log end offsets from the client's statistics, with when they were reported.
+    pub log_ends: Mutex<HashMap<PartitionId, (i64, Instant)>>,
 }
 
 impl TaskContext {
@@ -49,6 +53,15 @@ impl TaskContext {
         if let Ok(mut q) = self.events.lock() {
             q.push(event);
         }
+    }
+
+    /// True when the partition's log end, as reported within `fresh`, is at or below `next`.
+    pub fn caught_up(&self, id: PartitionId, next: i64, fresh: Duration) -> bool {
+        self.log_ends
+            .lock()
+            .ok()
+            .and_then(|ends| ends.get(&id).copied())
+            .is_some_and(|(end, at)| at.elapsed() <= fresh && next >= end)
     }
 
     /// Drained by the stream thread after each poll.
@@ -100,6 +113,16 @@ impl ClientContext for TaskContext {
             .map(|p| p.consumer_lag)
             .sum();
         self.stats.lag.store(lag, std::sync::atomic::Ordering::Relaxed);
+        let now = Instant::now();
+        if let Ok(mut ends) = self.log_ends.lock() {
+            for (source, name) in self.sources.iter().enumerate() {
+                let Some(topic) = statistics.topics.get(name) else { continue };
+                for p in topic.partitions.values().filter(|p| p.partition >= 0 && p.hi_offset >= 0) {
+                    let id = PartitionId { source: u16::try_from(source).unwrap_or(u16::MAX), partition: p.partition };
+                    ends.insert(id, (p.hi_offset, now));
+                }
+            }
+        }
     }
 }
 

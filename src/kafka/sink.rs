@@ -38,6 +38,7 @@ pub struct OutputSink {
     dashboard: String,
     dead_letter: String,
     late: String,
+    repartition: String,
 }
 
 impl OutputSink {
@@ -56,6 +57,7 @@ impl OutputSink {
             dashboard: t.dashboard.topic.clone(),
             dead_letter: t.dead_letter.topic.clone(),
             late: t.late.topic.clone(),
+            repartition: t.sku_repartition.topic.clone(),
         })
     }
 
@@ -64,6 +66,7 @@ impl OutputSink {
             Sink::Dashboard => &self.dashboard,
             Sink::DeadLetter => &self.dead_letter,
             Sink::Late => &self.late,
+            Sink::Repartition => &self.repartition,
         }
     }
 
@@ -78,6 +81,9 @@ impl OutputSink {
                 BaseRecord::to(self.topic(r.sink)).payload(&r.value[..]).headers(headers);
             if let Some(k) = &r.key {
                 record = record.key(&k[..]);
+            }
+            if let Some(p) = r.partition {
+                record = record.partition(p);
             }
             loop {
                 match self.producer.send(record) {

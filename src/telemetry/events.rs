@@ -81,6 +81,11 @@ impl Latencies {
     }
 }
 
+/// One observation of a latency segment (the dispatcher's segments, off the hot path).
+pub fn observe(name: &'static str, segment: Segment, seconds: f64) {
+    histogram!(name, "segment" => segment.as_str()).record(seconds);
+}
+
 pub fn rebalanced() {
     counter!("tidemark_rebalances_total").increment(1);
 }

@@ -8,7 +8,7 @@
 use rocksdb::WriteBatch;
 
 use crate::codec;
-use crate::store::{aggregate_prefix, dedup_key, CF_AGGREGATES, CF_DEDUP, CF_META};
+use crate::store::{aggregate_prefix, dedup_key, CF_AGGREGATES, CF_DEDUP, CF_META, CF_OUTBOX};
 use crate::{Checkpoint, Namespace, PartitionId, StateError, Store};
 
 pub struct CommitBatch<'a> {
@@ -36,6 +36,11 @@ impl<'a> CommitBatch<'a> {
         let mut k = aggregate_prefix(p, ns);
         k.extend_from_slice(key);
         self.batch.delete_cf(self.store.cf(CF_AGGREGATES), k);
+    }
+
+    /// A new outbox row: written with the state and offsets that produced the action.
+    pub fn put_outbox(&mut self, p: PartitionId, key: &str, row: &[u8]) {
+        self.batch.put_cf(self.store.cf(CF_OUTBOX), p.key(key.as_bytes()), row);
     }
 
     pub fn put_checkpoint(&mut self, p: PartitionId, c: &Checkpoint) {

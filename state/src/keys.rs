@@ -54,6 +54,12 @@ impl fmt::Display for PartitionId {
 #[repr(u8)]
 pub enum Namespace {
     Dashboard = 1,
+    /// Per-SKU inventory, window and fired-rule state.
+    Sku = 2,
+    /// Repartitioned records waiting for every upstream's progress to pass them.
+    MergeBuffer = 3,
+    /// A SKU task's own bookkeeping (per-upstream progress and last applied record).
+    SkuMeta = 4,
 }
 
 #[cfg(test)]

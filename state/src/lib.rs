@@ -6,7 +6,7 @@
 //! - [`keys`]: key layout (`PartitionId` prefix + concern-specific suffix).
 //! - [`checkpoint`]: what a partition persists about its progress.
 //! - [`store`]: opening the database, column families, reads used on restore and dedup.
-//! - [`commit`]: the single `WriteBatch` that makes state, outputs-to-come and offsets durable together.
+//! - [`commit`]: the single `WriteBatch` that makes state, outbox rows and offsets durable together.
 //! - [`error`]: `StateError`, classified by whether a retry can help.
 
 pub mod checkpoint;

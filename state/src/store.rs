@@ -19,6 +19,7 @@ type Horizons = Arc<RwLock<HashMap<[u8; PartitionId::PREFIX_LEN], i64>>>;
 pub(crate) const CF_META: &str = "meta";
 pub(crate) const CF_DEDUP: &str = "dedup";
 pub(crate) const CF_AGGREGATES: &str = "aggregates";
+pub(crate) const CF_OUTBOX: &str = "outbox";
 
 const OWNER_KEY: &[u8] = b"owner";
 const CHECKPOINT_TAG: u8 = b'c';
@@ -89,7 +90,8 @@ impl Store {
         let cfs = vec![
             ColumnFamilyDescriptor::new(CF_META, cf_opts.clone()),
             ColumnFamilyDescriptor::new(CF_DEDUP, dedup_opts),
-            ColumnFamilyDescriptor::new(CF_AGGREGATES, cf_opts),
+            ColumnFamilyDescriptor::new(CF_AGGREGATES, cf_opts.clone()),
+            ColumnFamilyDescriptor::new(CF_OUTBOX, cf_opts),
         ];
         let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(rocks)?;
         let mut write_opts = WriteOptions::default();
@@ -175,6 +177,33 @@ impl Store {
         Ok(out)
     }
 
+    /// One outbox row (encoded by the caller), if the idempotency key was ever produced here.
+    pub fn outbox_get(&self, p: PartitionId, key: &str) -> Result<Option<Vec<u8>>, StateError> {
+        self.db.get_cf(self.cf(CF_OUTBOX), p.key(key.as_bytes())).map_err(|e| self.rocks(e))
+    }
+
+    /// Overwrites an outbox row outside a commit batch (the dispatcher recording an outcome),
+    /// durably: a delivered action must stay delivered after a crash.
+    pub fn outbox_update(&self, p: PartitionId, key: &str, row: &[u8]) -> Result<(), StateError> {
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.put_cf(self.cf(CF_OUTBOX), p.key(key.as_bytes()), row);
+        self.write(batch)
+    }
+
+    /// Every outbox row of a partition, in key order (restart: re-queue what is pending).
+    pub fn outbox_scan(&self, p: PartitionId) -> Result<Vec<KeyValue>, StateError> {
+        let prefix = p.prefix();
+        let mut out = Vec::new();
+        for item in self.db.prefix_iterator_cf(self.cf(CF_OUTBOX), prefix) {
+            let (k, v) = item.map_err(|e| self.rocks(e))?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            out.push((k[prefix.len()..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
     /// Lets compaction drop a partition's dedup entries first seen before `append_ms`. Call it
     /// with a *committed* checkpoint's values only, so the stored state never depends on
     /// entries already dropped.
@@ -196,7 +225,7 @@ impl Store {
     /// Removes every trace of a partition (used before rebuilding it from the log).
     pub fn drop_partition(&self, p: PartitionId) -> Result<(), StateError> {
         let mut batch = rocksdb::WriteBatch::default();
-        for cf in [CF_DEDUP, CF_AGGREGATES] {
+        for cf in [CF_DEDUP, CF_AGGREGATES, CF_OUTBOX] {
             batch.delete_range_cf(self.cf(cf), p.prefix().to_vec(), p.prefix_end());
         }
         batch.delete_cf(self.cf(CF_META), Self::checkpoint_key(p));

@@ -51,6 +51,9 @@ pub fn topology(orders: &str, run: &str) -> Topo {
         .replace("tidemark.dashboard", &format!("{run}.dashboard"))
         .replace("tidemark.dead-letter", &format!("{run}.dead-letter"))
         .replace("tidemark.late", &format!("{run}.late"))
+        .replace("tidemark.audit", &format!("{run}.audit"))
+        .replace("tidemark.action-dead-letter", &format!("{run}.action-dead-letter"))
+        .replace("tidemark.sku-repartition", &format!("{run}.sku-repartition"))
         .replace("commit_interval = \"200ms\"", "commit_interval = \"100ms\"")
         .replace("max_batch_records = 20000", "max_batch_records = 2000");
     let path = dir.path().join("topology.toml");

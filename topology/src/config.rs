@@ -22,12 +22,31 @@ pub struct Topology {
     pub dashboard: TopicSpec,
     pub dead_letter: TopicSpec,
     pub late: TopicSpec,
+    /// Append-only record of every action attempt and outcome.
+    pub audit: TopicSpec,
+    /// Actions that failed permanently (4xx other than 409).
+    pub action_dead_letter: TopicSpec,
+    /// Internal topic that re-keys order lines and stock snapshots by SKU.
+    pub sku_repartition: TopicSpec,
+    /// How far the broker's clock may run behind ours: bounds an idle upstream's promise
+    /// about future append times, and so the extra latency of the SKU merge.
+    pub idle_skew_ms: i64,
+    pub endpoints: Endpoints,
     pub dedup_retention_ms: i64,
     pub commit_interval_ms: u64,
     pub max_batch_records: usize,
     pub dashboard_window: WindowPolicy,
     pub finance_time_zone: chrono_tz::Tz,
     pub rules: Vec<Rule>,
+}
+
+/// Where actions are sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoints {
+    pub action_url: Option<String>,
+    pub notify_url: Option<String>,
+    pub timeout_ms: i64,
+    pub max_in_flight: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,6 +152,9 @@ struct RawTopology {
     name: String,
     sources: RawSources,
     sinks: RawSinks,
+    internal: RawInternal,
+    #[serde(default)]
+    endpoints: RawEndpoints,
     #[serde(default)]
     state: RawState,
     windows: RawWindows,
@@ -153,6 +175,36 @@ struct RawSinks {
     dashboard: RawTopic,
     dead_letter: RawTopic,
     late: RawTopic,
+    audit: RawTopic,
+    action_dead_letter: RawTopic,
+}
+
+#[derive(Deserialize)]
+struct RawInternal {
+    sku_repartition: RawTopic,
+    #[serde(default = "default_idle_skew")]
+    idle_skew: String,
+}
+
+fn default_idle_skew() -> String {
+    "2s".into()
+}
+
+#[derive(Deserialize, Default)]
+struct RawEndpoints {
+    action_url: Option<String>,
+    notify_url: Option<String>,
+    #[serde(default = "default_endpoint_timeout")]
+    timeout: String,
+    #[serde(default = "default_max_in_flight")]
+    max_in_flight: i64,
+}
+
+fn default_endpoint_timeout() -> String {
+    "5s".into()
+}
+fn default_max_in_flight() -> i64 {
+    32
 }
 
 #[derive(Deserialize)]
@@ -382,6 +434,24 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
     let dashboard = c.topic("sinks.dashboard", raw.sinks.dashboard);
     let dead_letter = c.topic("sinks.dead_letter", raw.sinks.dead_letter);
     let late = c.topic("sinks.late", raw.sinks.late);
+    let audit = c.topic("sinks.audit", raw.sinks.audit);
+    let action_dead_letter = c.topic("sinks.action_dead_letter", raw.sinks.action_dead_letter);
+    let sku_repartition = c.topic("internal.sku_repartition", raw.internal.sku_repartition);
+    let idle_skew_ms = c.duration_ms("internal.idle_skew", &raw.internal.idle_skew).unwrap_or(2_000);
+    let endpoint_timeout = c.positive_ms("endpoints.timeout", &raw.endpoints.timeout).unwrap_or(5_000);
+    for (path, url) in
+        [("endpoints.action_url", &raw.endpoints.action_url), ("endpoints.notify_url", &raw.endpoints.notify_url)]
+    {
+        if let Some(u) = url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                c.error(path, format!("`{u}` is not an http(s) URL"));
+            }
+        }
+    }
+    let max_in_flight = usize::try_from(raw.endpoints.max_in_flight).unwrap_or(0);
+    if max_in_flight == 0 {
+        c.error("endpoints.max_in_flight", "must be a positive integer");
+    }
     let mut seen = BTreeMap::new();
     for (path, t) in [
         ("sources.orders", &orders),
@@ -389,6 +459,9 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         ("sinks.dashboard", &dashboard),
         ("sinks.dead_letter", &dead_letter),
         ("sinks.late", &late),
+        ("sinks.audit", &audit),
+        ("sinks.action_dead_letter", &action_dead_letter),
+        ("internal.sku_repartition", &sku_repartition),
     ] {
         if let Some(first) = seen.insert(t.topic.clone(), path) {
             c.error(format!("{path}.topic"), format!("topic `{}` is also used by {first}", t.topic));
@@ -448,6 +521,17 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         }
     }
 
+    for (i, rule) in rules.iter().enumerate() {
+        let missing = match rule.mode {
+            RuleMode::Act => raw.endpoints.action_url.is_none().then_some("endpoints.action_url"),
+            RuleMode::Notify => raw.endpoints.notify_url.is_none().then_some("endpoints.notify_url"),
+            RuleMode::Shadow => None,
+        };
+        if let Some(key) = missing {
+            c.error(format!("rules[{i}].mode"), format!("mode needs {key} to be set"));
+        }
+    }
+
     Topology {
         name: raw.name,
         orders,
@@ -455,6 +539,16 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         dashboard,
         dead_letter,
         late,
+        audit,
+        action_dead_letter,
+        sku_repartition,
+        idle_skew_ms,
+        endpoints: Endpoints {
+            action_url: raw.endpoints.action_url,
+            notify_url: raw.endpoints.notify_url,
+            timeout_ms: endpoint_timeout,
+            max_in_flight: max_in_flight.max(1),
+        },
         dedup_retention_ms,
         commit_interval_ms: u64::try_from(commit_interval_ms).unwrap_or(0),
         max_batch_records,
@@ -502,6 +596,16 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_that_calls_an_endpoint_needs_its_url() {
+        let text = EXAMPLE.replacen("mode = \"shadow\"", "mode = \"act\"", 1);
+        let err = parse(&text, "t.toml").expect_err("must fail");
+        assert_eq!(err.errors[0].path, "rules[0].mode", "{err}");
+        let with_url = text
+            .replace("# action_url = \"https://inventory.internal/actions\"", "action_url = \"http://127.0.0.1:1/a\"");
+        assert!(parse(&with_url, "t.toml").is_ok());
+    }
+
+    #[test]
     fn dedup_retention_must_outlive_window_retention() {
         let text = EXAMPLE.replace("dedup_retention = \"7d\"", "dedup_retention = \"1h\"");
         let err = parse(&text, "t.toml").expect_err("must fail");
@@ -510,8 +614,9 @@ mod tests {
 
     #[test]
     fn unknown_rule_parameters_and_duplicate_ids_are_rejected() {
-        let text =
-            format!("{EXAMPLE}\n[[rules]]\nid = \"oversell\"\nversion = 2\nmode = \"act\"\nparams = {{ limit = 3 }}\n");
+        let text = format!(
+            "{EXAMPLE}\n[[rules]]\nid = \"oversell\"\nversion = 2\nmode = \"shadow\"\nparams = {{ limit = 3 }}\n"
+        );
         let err = parse(&text, "t.toml").expect_err("must fail");
         let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, vec!["rules[3].id", "rules[3].params.limit"], "{err}");

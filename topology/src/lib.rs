@@ -9,6 +9,7 @@
 //! - [`config`]: the topology file (TOML): load, validate, report every error with its place.
 //! - [`dashboard`]: per-window, per-store dashboard aggregates and their output records.
 //! - [`window`]: event-time window arithmetic and the per-partition watermark.
+//! - [`sku`]: the per-SKU inventory and velocity rules that turn lines and snapshots into action intents.
 //! - [`gen`]: the deterministic, seeded order-event generator used by demo, tests and benches.
 
 pub mod config;
@@ -19,4 +20,5 @@ pub mod gen;
 pub mod logical;
 pub mod normalize;
 pub mod reject;
+pub mod sku;
 pub mod window;

@@ -1,0 +1,306 @@
+//! The action runtime: takes committed outbox rows and sees each to a final state.
+//!
+//! For every row (a `Pending` one handed over after its commit, or found by an outbox scan
+//! at start, on assignment, or when the hand-over channel was full):
+//! 1. `shadow` rows are audited and never sent;
+//! 2. otherwise the attempt count is persisted, then the row is POSTed (see [`dispatch`]);
+//! 3. every attempt and outcome is audited to the audit topic;
+//! 4. 2xx/409: the row becomes `Delivered`/`Conflict` (durably); other 4xx: `Failed`, and
+//!    the action goes to the action dead-letter topic; 5xx, timeouts, resets: retried with
+//!    exponential backoff and jitter.
+//!
+//! A crash between the endpoint's 2xx and step 4 leaves the row pending with attempts > 0;
+//! after restart it is sent again with the same key and payload (the one duplicate POST the
+//! guarantees allow) and counted in `tidemark_dispatch_redeliveries_total`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde::Serialize;
+use tidemark_state::{codec, PartitionId, Store};
+use tidemark_topology::config::Topology;
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+use crate::dispatch::{Delivery, Dispatcher, Endpoints, Outcome, RetryPolicy, Signer, Target};
+use crate::engine::outbox::{OutboxRow, RowState};
+use crate::failpoint;
+use crate::kafka::KafkaSettings;
+use crate::stream::tasks::SKU_REPARTITION;
+use crate::stream::RowSender;
+use crate::telemetry::events::{Segment, DISPATCH, LATENCY};
+
+/// SKU partitions this process owns, kept by the stream thread.
+pub type Owned = Arc<Mutex<BTreeSet<i32>>>;
+
+struct Ctx {
+    store: Arc<Store>,
+    dispatcher: Dispatcher,
+    audit: FutureProducer,
+    audit_topic: String,
+    dead_letter_topic: String,
+    in_flight: Mutex<HashMap<String, i64>>,
+    stop: Arc<AtomicBool>,
+}
+
+#[derive(Serialize)]
+struct AuditRecord<'a> {
+    key: &'a str,
+    event: &'a str,
+    mode: &'a str,
+    rule_id: &'a str,
+    rule_version: u32,
+    action: &'a str,
+    sku: &'a str,
+    attempt: u32,
+    status: Option<u16>,
+    reason: Option<String>,
+    /// Wall clock: the audit says when things happened, unlike the deterministic outputs.
+    at: String,
+}
+
+pub struct ActionRuntime {
+    pub rows: RowSender,
+    pub owned: Owned,
+}
+
+/// Starts the runtime on `rt`; returns the hand-over channel for the stream thread.
+pub fn spawn(
+    rt: &tokio::runtime::Runtime,
+    settings: &KafkaSettings,
+    t: &Topology,
+    store: Arc<Store>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<crate::engine::Stats>,
+) -> anyhow::Result<ActionRuntime> {
+    let parse = |u: &Option<String>| -> anyhow::Result<Option<reqwest::Url>> {
+        Ok(u.as_deref().map(reqwest::Url::parse).transpose()?)
+    };
+    let endpoints = Endpoints {
+        action_url: parse(&t.endpoints.action_url)?,
+        notify_url: parse(&t.endpoints.notify_url)?,
+        timeout: Duration::from_millis(u64::try_from(t.endpoints.timeout_ms).unwrap_or(5_000)),
+    };
+    let signer = Signer::from_env_or_file()?;
+    if signer.is_none() {
+        warn!("no webhook signing secret (TIDEMARK_WEBHOOK_SECRET or _FILE): requests go unsigned");
+    }
+    let dispatcher = Dispatcher::new(endpoints, signer, RetryPolicy::default(), t.endpoints.max_in_flight)?;
+    let audit: FutureProducer = settings
+        .client_config()
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", "300000")
+        .create()?;
+    let ctx = Arc::new(Ctx {
+        store,
+        dispatcher,
+        audit,
+        audit_topic: t.audit.topic.clone(),
+        dead_letter_topic: t.action_dead_letter.topic.clone(),
+        in_flight: Mutex::default(),
+        stop,
+    });
+    let (tx, mut rx) = mpsc::channel::<(PartitionId, OutboxRow)>(4096);
+    let owned: Owned = Arc::default();
+    let scan_owned = Arc::clone(&owned);
+    rt.spawn(async move {
+        let mut scanned: BTreeSet<i32> = BTreeSet::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                got = rx.recv() => match got {
+                    Some((id, row)) => start(&ctx, id, row, false),
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    let now_owned = scan_owned.lock().map(|o| o.clone()).unwrap_or_default();
+                    let full_rescan = stats.outbox_rescan.swap(false, Ordering::Relaxed);
+                    for p in now_owned.iter().filter(|p| full_rescan || !scanned.contains(p)) {
+                        scan(&ctx, PartitionId { source: SKU_REPARTITION, partition: *p }).await;
+                    }
+                    scanned = now_owned;
+                    publish_gauges(&ctx);
+                }
+            }
+        }
+    });
+    Ok(ActionRuntime { rows: tx, owned })
+}
+
+fn publish_gauges(ctx: &Ctx) {
+    let now = chrono::Utc::now().timestamp_millis();
+    if let Ok(f) = ctx.in_flight.lock() {
+        gauge!("tidemark_outbox_pending").set(f.len() as f64);
+        let oldest = f.values().copied().min().map_or(0.0, |t| ((now - t).max(0) as f64) / 1000.0);
+        gauge!("tidemark_outbox_oldest_pending_age_seconds").set(oldest);
+    }
+}
+
+/// Re-queues every pending row of a partition (start, assignment, lost hand-over).
+async fn scan(ctx: &Arc<Ctx>, id: PartitionId) {
+    let store = Arc::clone(&ctx.store);
+    let rows = tokio::task::spawn_blocking(move || store.outbox_scan(id)).await;
+    let Ok(Ok(rows)) = rows else {
+        error!(partition = %id, "cannot scan the outbox");
+        return;
+    };
+    for (_, bytes) in rows {
+        match codec::decode::<OutboxRow>("outbox row", &bytes) {
+            Ok(row) if row.state == RowState::Pending => start(ctx, id, row, true),
+            Ok(_) => {}
+            Err(e) => error!(partition = %id, error = %e, "unreadable outbox row"),
+        }
+    }
+}
+
+fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
+    {
+        let Ok(mut f) = ctx.in_flight.lock() else { return };
+        if f.contains_key(&row.key) {
+            return;
+        }
+        if row.state == RowState::Pending {
+            f.insert(row.key.clone(), row.committed_wall_ms);
+        }
+    }
+    let ctx = Arc::clone(ctx);
+    tokio::spawn(async move {
+        if !from_scan {
+            ctx.audit(&row, "created", None, None).await;
+        }
+        if row.state == RowState::Shadow {
+            ctx.audit(&row, "shadow", None, None).await;
+            return;
+        }
+        if from_scan && row.attempts > 0 {
+            counter!("tidemark_dispatch_redeliveries_total").increment(1);
+        }
+        ctx.deliver(id, row).await;
+    });
+}
+
+impl Ctx {
+    async fn deliver(&self, id: PartitionId, mut row: OutboxRow) {
+        let target = if row.mode == "act" { Target::Act } else { Target::Notify };
+        let mut first = true;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            row.attempts += 1;
+            if !self.persist(id, &row).await {
+                break;
+            }
+            let now = chrono::Utc::now().timestamp_millis();
+            if first && row.committed_wall_ms > 0 {
+                record(Segment::CommitToDispatch, now - row.committed_wall_ms);
+                first = false;
+            }
+            let started = Instant::now();
+            let delivery =
+                Delivery { key: row.key.clone(), target, body: row.payload.clone(), attempt: row.attempts - 1 };
+            let outcome = self.dispatcher.attempt(&delivery).await;
+            crate::telemetry::events::observe(LATENCY, Segment::DispatchToAck, started.elapsed().as_secs_f64());
+            counter!(DISPATCH, "outcome" => outcome.label()).increment(1);
+            match outcome {
+                Outcome::Delivered { status } => {
+                    self.audit(&row, "attempt", Some(status), Some("delivered".into())).await;
+                    failpoint::hit("dispatch.after_ack_before_mark");
+                    row.state = RowState::Delivered { status };
+                    self.finish(id, &row).await;
+                    break;
+                }
+                Outcome::Conflict => {
+                    self.audit(&row, "attempt", Some(409), Some("conflict".into())).await;
+                    failpoint::hit("dispatch.after_ack_before_mark");
+                    row.state = RowState::Conflict;
+                    self.finish(id, &row).await;
+                    break;
+                }
+                Outcome::PermanentFailure { status, body_snippet } => {
+                    self.audit(&row, "attempt", Some(status), Some(format!("permanent failure: {body_snippet}"))).await;
+                    row.state = RowState::Failed { status };
+                    self.dead_letter(&row, status).await;
+                    self.finish(id, &row).await;
+                    break;
+                }
+                Outcome::Retry { reason, after } => {
+                    self.audit(&row, "attempt", None, Some(format!("retry: {reason}"))).await;
+                    // `after` is already the jittered, capped backoff for this attempt count.
+                    tokio::time::sleep(after).await;
+                }
+            }
+        }
+        if let Ok(mut f) = self.in_flight.lock() {
+            f.remove(&row.key);
+        }
+    }
+
+    async fn finish(&self, id: PartitionId, row: &OutboxRow) {
+        if self.persist(id, row).await {
+            record(Segment::EndToEnd, chrono::Utc::now().timestamp_millis() - row.source_append_ms);
+            info!(key = %row.key, state = ?row.state, attempts = row.attempts, "action settled");
+        }
+    }
+
+    /// Durable row update, off the async threads (it fsyncs).
+    async fn persist(&self, id: PartitionId, row: &OutboxRow) -> bool {
+        let store = Arc::clone(&self.store);
+        let key = row.key.clone();
+        let bytes = codec::encode(row);
+        match tokio::task::spawn_blocking(move || store.outbox_update(id, &key, &bytes)).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                error!(key = %row.key, error = %e, "cannot update the outbox row");
+                false
+            }
+            Err(e) => {
+                error!(key = %row.key, error = %e, "outbox update task failed");
+                false
+            }
+        }
+    }
+
+    async fn audit(&self, row: &OutboxRow, event: &str, status: Option<u16>, reason: Option<String>) {
+        let rec = AuditRecord {
+            key: &row.key,
+            event,
+            mode: &row.mode,
+            rule_id: &row.rule_id,
+            rule_version: row.rule_version,
+            action: &row.action,
+            sku: &row.sku,
+            attempt: row.attempts,
+            status,
+            reason,
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        };
+        let value = serde_json::to_vec(&rec).unwrap_or_default();
+        let record = FutureRecord::to(&self.audit_topic).key(row.key.as_str()).payload(&value);
+        if let Err((e, _)) = self.audit.send(record, Duration::from_secs(30)).await {
+            error!(key = %row.key, error = %e, "audit record not delivered");
+        }
+    }
+
+    async fn dead_letter(&self, row: &OutboxRow, status: u16) {
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: "tidemark.reason", value: Some("permanent_failure") })
+            .insert(Header { key: "tidemark.status", value: Some(&status.to_string()) })
+            .insert(Header { key: "tidemark.mode", value: Some(&row.mode) });
+        let record =
+            FutureRecord::to(&self.dead_letter_topic).key(row.key.as_str()).payload(&row.payload).headers(headers);
+        if let Err((e, _)) = self.audit.send(record, Duration::from_secs(30)).await {
+            error!(key = %row.key, error = %e, "action dead letter not delivered");
+        }
+    }
+}
+
+fn record(segment: Segment, ms: i64) {
+    crate::telemetry::events::observe(LATENCY, segment, (ms.max(0) as f64) / 1000.0);
+}

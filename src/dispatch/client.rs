@@ -1,0 +1,266 @@
+//! [`Dispatcher`]: one POST per call, through one pooled client, at most `max_in_flight`
+//! at a time.
+
+use std::fmt;
+
+use rand::Rng;
+use reqwest::header::{HeaderValue, CONTENT_TYPE};
+use tokio::sync::Semaphore;
+
+use super::outcome::{classify_status, StatusClass};
+use super::{Delivery, DispatchError, Endpoints, Outcome, RetryPolicy, Signer};
+
+/// Bytes of a failure body kept for the dead letter and the audit record.
+const SNIPPET_BYTES: usize = 512;
+/// Bytes of a response read to keep its connection reusable; a longer body costs a new
+/// connection rather than an unbounded read.
+const DRAIN_BYTES: usize = 64 * 1024;
+
+pub struct Dispatcher {
+    client: reqwest::Client,
+    endpoints: Endpoints,
+    signer: Option<Signer>,
+    retry: RetryPolicy,
+    permits: Semaphore,
+    max_in_flight: usize,
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("endpoints", &self.endpoints)
+            .field("signer", &self.signer)
+            .field("retry", &self.retry)
+            .field("max_in_flight", &self.max_in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dispatcher {
+    /// Validates the whole configuration, reporting every problem at once.
+    pub fn new(
+        endpoints: Endpoints,
+        signer: Option<Signer>,
+        retry: RetryPolicy,
+        max_in_flight: usize,
+    ) -> Result<Self, DispatchError> {
+        let mut problems = Vec::new();
+        if max_in_flight == 0 || max_in_flight > Semaphore::MAX_PERMITS {
+            problems
+                .push(format!("max_in_flight must be between 1 and {}, got {max_in_flight}", Semaphore::MAX_PERMITS));
+        }
+        if endpoints.timeout.is_zero() {
+            problems.push("timeout must be positive".to_string());
+        }
+        if retry.base.is_zero() {
+            problems.push("retry base must be positive".to_string());
+        }
+        if retry.cap < retry.base {
+            problems.push(format!("retry cap {:?} is below the base {:?}", retry.cap, retry.base));
+        }
+        if retry.max_attempts == Some(0) {
+            problems.push("max_attempts must be at least 1, or unset to retry forever".to_string());
+        }
+        for (name, url) in [("action", &endpoints.action_url), ("notify", &endpoints.notify_url)] {
+            if let Some(url) = url {
+                if !matches!(url.scheme(), "http" | "https") {
+                    problems.push(format!("{name} url scheme must be http or https, got `{}`", url.scheme()));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(DispatchError::Config { problems });
+        }
+        let client = reqwest::Client::builder()
+            .timeout(endpoints.timeout)
+            .connect_timeout(endpoints.timeout)
+            // A redirected POST may become a GET and silently drop the action.
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(max_in_flight)
+            .tcp_nodelay(true)
+            .user_agent(concat!("tidemark/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(DispatchError::Client)?;
+        Ok(Dispatcher { client, endpoints, signer, retry, permits: Semaphore::new(max_in_flight), max_in_flight })
+    }
+
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// Makes one POST of `d` and classifies the answer. Never retries by itself: the
+    /// caller persists `attempt + 1` and schedules the next try after `Retry::after`.
+    pub async fn attempt(&self, d: &Delivery) -> Outcome {
+        let result = self.post(d).await;
+        // The status of the answer, if one arrived, and the failure in full, for the log.
+        let (status, error) = match &result {
+            Ok(status) => (Some(*status), None),
+            Err(err) => (Some(err.status()).filter(|s| *s != 0), Some(err.to_string())),
+        };
+        let outcome = settle(&self.retry, d.attempt, result, &mut rand::thread_rng());
+        let (key, target, attempt, error) = (&d.key, d.target, d.attempt, error.as_deref());
+        match &outcome {
+            Outcome::Delivered { .. } => tracing::debug!(%key, %target, attempt, status, "action delivered"),
+            Outcome::Conflict => tracing::debug!(%key, %target, attempt, status, "action already done"),
+            Outcome::Retry { reason, after } => {
+                tracing::debug!(%key, %target, attempt, status, reason, ?after, error, "action will be retried")
+            }
+            Outcome::PermanentFailure { body_snippet, .. } => {
+                tracing::warn!(%key, %target, attempt, status, body = body_snippet, error, "action failed permanently")
+            }
+        }
+        outcome
+    }
+
+    /// Sends the request; `Ok` carries a status that settles the delivery (2xx or 409).
+    async fn post(&self, d: &Delivery) -> Result<u16, DispatchError> {
+        let url = self.endpoints.url(d.target).ok_or(DispatchError::NoEndpoint(d.target))?;
+        let key = HeaderValue::from_str(&d.key).map_err(|_| DispatchError::InvalidKey)?;
+        // Waiting for a permit comes before the timestamp, so a receiver enforcing a
+        // freshness window sees the time the request actually left.
+        let _permit = self.permits.acquire().await.map_err(|_| DispatchError::Transport("dispatcher closed".into()))?;
+        let timestamp = chrono::Utc::now().timestamp();
+        let mut request = self
+            .client
+            .post(url.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header("idempotency-key", key.clone())
+            .header("webhook-id", key)
+            .header("webhook-timestamp", timestamp)
+            .body(d.body.clone());
+        if let Some(signer) = &self.signer {
+            let mut signature = HeaderValue::try_from(signer.sign(&d.key, timestamp, &d.body))
+                .map_err(|_| DispatchError::Transport("signature is not a header value".into()))?;
+            signature.set_sensitive(true);
+            request = request.header("webhook-signature", signature);
+        }
+        let timeout = self.endpoints.timeout;
+        let mut response = request.send().await.map_err(|e| DispatchError::from_reqwest(e, timeout))?;
+        let status = response.status().as_u16();
+        match classify_status(status) {
+            StatusClass::Delivered | StatusClass::Conflict => {
+                // The endpoint has acted: a body cut short must not cause a second POST.
+                let _ = read_body(&mut response, 0).await;
+                Ok(status)
+            }
+            StatusClass::Retriable => {
+                let body_snippet = read_body(&mut response, SNIPPET_BYTES).await.unwrap_or_default();
+                Err(DispatchError::Status { status, body_snippet })
+            }
+            StatusClass::Permanent => {
+                let body_snippet = read_body(&mut response, SNIPPET_BYTES)
+                    .await
+                    .map_err(|e| DispatchError::from_reqwest(e, timeout))?;
+                Err(DispatchError::Status { status, body_snippet })
+            }
+        }
+    }
+}
+
+/// Reads up to [`DRAIN_BYTES`] of the body and returns its first `keep` bytes as text.
+async fn read_body(response: &mut reqwest::Response, keep: usize) -> Result<String, reqwest::Error> {
+    let mut kept = Vec::new();
+    let mut read = 0;
+    while read < DRAIN_BYTES {
+        let Some(chunk) = response.chunk().await? else { break };
+        read += chunk.len();
+        let room = keep.saturating_sub(kept.len());
+        kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
+    }
+    Ok(String::from_utf8_lossy(&kept).trim().to_string())
+}
+
+/// Turns the result of one attempt into an [`Outcome`]. `attempt` counts the attempts made
+/// before this one; a retriable failure that uses up `max_attempts` becomes permanent.
+pub fn settle(policy: &RetryPolicy, attempt: u32, result: Result<u16, DispatchError>, rng: &mut impl Rng) -> Outcome {
+    match result {
+        Ok(409) => Outcome::Conflict,
+        Ok(status) => Outcome::Delivered { status },
+        Err(err) if err.is_retriable() => {
+            let attempts_made = attempt.saturating_add(1);
+            if policy.exhausted(attempts_made) {
+                Outcome::PermanentFailure {
+                    status: err.status(),
+                    body_snippet: format!("gave up after {attempts_made} attempts, last: {}", err.reason()),
+                }
+            } else {
+                Outcome::Retry { reason: err.reason(), after: policy.backoff(attempt, rng) }
+            }
+        }
+        Err(DispatchError::Status { status, body_snippet }) => Outcome::PermanentFailure { status, body_snippet },
+        Err(err) => Outcome::PermanentFailure { status: 0, body_snippet: err.to_string() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::dispatch::Target;
+
+    fn status(status: u16) -> Result<u16, DispatchError> {
+        Err(DispatchError::Status { status, body_snippet: "nope".into() })
+    }
+
+    #[test]
+    fn settle_maps_results_to_outcomes() {
+        let p = RetryPolicy::default();
+        let rng = &mut ChaCha8Rng::seed_from_u64(1);
+        assert_eq!(settle(&p, 0, Ok(204), rng), Outcome::Delivered { status: 204 });
+        assert_eq!(settle(&p, 0, Ok(409), rng), Outcome::Conflict);
+        assert_eq!(
+            settle(&p, 0, status(422), rng),
+            Outcome::PermanentFailure { status: 422, body_snippet: "nope".into() }
+        );
+        assert!(matches!(settle(&p, 0, status(503), rng), Outcome::Retry { reason, .. } if reason == "status 503"));
+        assert!(matches!(
+            settle(&p, 0, Err(DispatchError::Timeout(Duration::from_secs(1))), rng),
+            Outcome::Retry { reason, .. } if reason == "timeout"
+        ));
+        assert!(matches!(
+            settle(&p, 0, Err(DispatchError::NoEndpoint(Target::Notify)), rng),
+            Outcome::Retry { reason, .. } if reason == "no notify endpoint"
+        ));
+        assert!(matches!(
+            settle(&p, 0, Err(DispatchError::InvalidKey), rng),
+            Outcome::PermanentFailure { status: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn a_retry_waits_the_policy_backoff_for_the_attempts_already_made() {
+        let p = RetryPolicy::default();
+        for attempt in [0, 3, 40] {
+            let outcome = settle(&p, attempt, status(500), &mut ChaCha8Rng::seed_from_u64(9));
+            let expected = p.backoff(attempt, &mut ChaCha8Rng::seed_from_u64(9));
+            assert_eq!(outcome, Outcome::Retry { reason: "status 500".into(), after: expected });
+        }
+    }
+
+    #[test]
+    fn the_last_allowed_attempt_turns_a_retriable_failure_permanent() {
+        let p = RetryPolicy { max_attempts: Some(3), ..RetryPolicy::default() };
+        let rng = &mut ChaCha8Rng::seed_from_u64(1);
+        assert!(matches!(settle(&p, 1, status(503), rng), Outcome::Retry { .. }));
+        assert_eq!(
+            settle(&p, 2, status(503), rng),
+            Outcome::PermanentFailure {
+                status: 503,
+                body_snippet: "gave up after 3 attempts, last: status 503".into()
+            }
+        );
+        assert!(matches!(
+            settle(&p, 2, Err(DispatchError::Timeout(Duration::from_secs(1))), rng),
+            Outcome::PermanentFailure { status: 0, .. }
+        ));
+        assert_eq!(settle(&p, 2, Ok(200), rng), Outcome::Delivered { status: 200 });
+    }
+}

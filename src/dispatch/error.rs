@@ -1,0 +1,171 @@
+//! Errors of the dispatcher, classified by whether trying again can help.
+//!
+//! Configuration errors ([`Secret`](DispatchError::Secret), [`Config`](DispatchError::Config),
+//! [`Client`](DispatchError::Client)) stop startup. Per-attempt errors become an
+//! [`Outcome`](super::Outcome): retriable ones a `Retry`, the rest a `PermanentFailure`.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::outcome::{classify_status, StatusClass};
+use super::Target;
+
+#[derive(Debug, Error)]
+pub enum DispatchError {
+    /// The webhook secret is configured but unusable. Not retriable: fix the configuration.
+    #[error("webhook secret from {origin}: {detail}")]
+    Secret { origin: String, detail: String },
+    /// Endpoints, limits or retry policy are invalid; lists every problem. Not retriable.
+    #[error("dispatcher configuration: {}", problems.join("; "))]
+    Config { problems: Vec<String> },
+    /// The HTTP client could not be built (TLS backend). Not retriable.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    /// A delivery targets an endpoint with no URL. Retriable in the sense that the row stays
+    /// in the outbox: a restart with the endpoint configured delivers it; dead-lettering it
+    /// would lose an action to a configuration slip.
+    #[error("no {0} endpoint configured")]
+    NoEndpoint(Target),
+    /// The key cannot be sent as a header value (control characters). Not retriable: the
+    /// same key fails the same way every time.
+    #[error("idempotency key is not a valid header value")]
+    InvalidKey,
+    /// The request did not complete within the endpoint timeout. Retriable.
+    #[error("no complete response within {0:?}")]
+    Timeout(Duration),
+    /// No connection could be opened (refused, DNS, TLS handshake). Retriable.
+    #[error("connect: {0}")]
+    Connect(String),
+    /// The connection was reset or closed before a complete response. Retriable: the
+    /// endpoint may or may not have acted, and the idempotency key makes a repeat safe.
+    #[error("connection {kind}: {detail}")]
+    Connection { kind: ConnectionLoss, detail: String },
+    /// The response body of a non-2xx answer could not be read. Retriable: a cut-off
+    /// answer is not trusted to dead-letter an action.
+    #[error("reading the response body: {0}")]
+    Body(String),
+    /// Any other failure while sending. Retriable.
+    #[error("request: {0}")]
+    Transport(String),
+    /// The endpoint answered with a status that is not 2xx or 409. Retriable for 5xx, 408
+    /// and 429; permanent for every other status.
+    #[error("status {status}")]
+    Status { status: u16, body_snippet: String },
+}
+
+/// How a connection was lost before a response arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionLoss {
+    Reset,
+    Closed,
+}
+
+impl std::fmt::Display for ConnectionLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConnectionLoss::Reset => "reset",
+            ConnectionLoss::Closed => "closed",
+        })
+    }
+}
+
+impl DispatchError {
+    /// Whether the same request may succeed later.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            DispatchError::Secret { .. }
+            | DispatchError::Config { .. }
+            | DispatchError::Client(_)
+            | DispatchError::InvalidKey => false,
+            DispatchError::NoEndpoint(_)
+            | DispatchError::Timeout(_)
+            | DispatchError::Connect(_)
+            | DispatchError::Connection { .. }
+            | DispatchError::Body(_)
+            | DispatchError::Transport(_) => true,
+            DispatchError::Status { status, .. } => classify_status(*status) == StatusClass::Retriable,
+        }
+    }
+
+    /// A short, bounded-cardinality reason for logs and the audit record: `status 503`,
+    /// `timeout`, `connection reset`, ...
+    pub fn reason(&self) -> String {
+        match self {
+            DispatchError::Secret { .. } => "secret".into(),
+            DispatchError::Config { .. } => "configuration".into(),
+            DispatchError::Client(_) => "client".into(),
+            DispatchError::NoEndpoint(target) => format!("no {target} endpoint"),
+            DispatchError::InvalidKey => "invalid key".into(),
+            DispatchError::Timeout(_) => "timeout".into(),
+            DispatchError::Connect(_) => "connect error".into(),
+            DispatchError::Connection { kind, .. } => format!("connection {kind}"),
+            DispatchError::Body(_) => "body read error".into(),
+            DispatchError::Transport(_) => "request error".into(),
+            DispatchError::Status { status, .. } => format!("status {status}"),
+        }
+    }
+
+    /// The HTTP status, or 0 when no response arrived.
+    pub fn status(&self) -> u16 {
+        match self {
+            DispatchError::Status { status, .. } => *status,
+            _ => 0,
+        }
+    }
+
+    /// Classifies a reqwest failure of `send` or of reading the body. The URL is stripped
+    /// from details: it may carry credentials.
+    pub(crate) fn from_reqwest(err: reqwest::Error, timeout: Duration) -> Self {
+        let err = err.without_url();
+        let detail = chain(&err);
+        if err.is_timeout() || io_kind(&err) == Some(std::io::ErrorKind::TimedOut) {
+            return DispatchError::Timeout(timeout);
+        }
+        if err.is_connect() {
+            return DispatchError::Connect(detail);
+        }
+        if err.is_body() || err.is_decode() {
+            return DispatchError::Body(detail);
+        }
+        match io_kind(&err) {
+            Some(
+                std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe,
+            ) => DispatchError::Connection { kind: ConnectionLoss::Reset, detail },
+            Some(std::io::ErrorKind::UnexpectedEof) => {
+                DispatchError::Connection { kind: ConnectionLoss::Closed, detail }
+            }
+            // hyper reports a peer that hung up mid-exchange as "connection closed before
+            // message completed", without an io::Error underneath.
+            _ if detail.contains("closed") => DispatchError::Connection { kind: ConnectionLoss::Closed, detail },
+            _ => DispatchError::Transport(detail),
+        }
+    }
+}
+
+/// The innermost io::Error kind in the source chain, if any.
+fn io_kind(err: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut found = None;
+    let mut current = Some(err);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            found = Some(io.kind());
+        }
+        current = e.source();
+    }
+    found
+}
+
+/// "outer: inner: innermost", for logs.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut current = err.source();
+    while let Some(e) = current {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        current = e.source();
+    }
+    out
+}

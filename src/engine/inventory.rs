@@ -1,0 +1,91 @@
+//! The upstream task of one `inventory` partition: validates stock snapshots and forwards
+//! them, with their logical time, to the SKU that owns them. It keeps no state but its
+//! checkpoint: which snapshot is current is decided downstream, in logical-time order.
+
+use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
+use tidemark_topology::normalize::normalize_inventory;
+use tidemark_topology::reject::RejectReason;
+
+use super::derive::{sku_partition, Derived};
+use super::output::{OutputRecord, Sink};
+use super::stats::Stats;
+use super::task::{mark, SourceRecord};
+
+pub struct InventoryTask {
+    id: PartitionId,
+    topic: String,
+    sku_partitions: i32,
+    checkpoint: Checkpoint,
+    uncommitted: bool,
+}
+
+impl InventoryTask {
+    pub fn restore(store: &Store, id: PartitionId, topic: String, sku_partitions: i32) -> Result<Self, StateError> {
+        let checkpoint = store.checkpoint(id)?.unwrap_or_default();
+        Ok(InventoryTask { id, topic, sku_partitions, checkpoint, uncommitted: false })
+    }
+
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+
+    pub fn has_uncommitted(&self) -> bool {
+        self.uncommitted
+    }
+
+    /// Validates one snapshot and forwards it (or dead-letters it) at once: snapshots carry
+    /// no state here, so there is nothing to stage.
+    pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
+        if rec.offset < self.checkpoint.next_offset {
+            return false;
+        }
+        self.uncommitted = true;
+        self.checkpoint.next_offset = rec.offset + 1;
+        self.checkpoint.max_append_ms = self.checkpoint.max_append_ms.max(rec.append_ms);
+        self.checkpoint.records += 1;
+        Stats::add(&stats.records, 1);
+        let value = rec.value.unwrap_or_default();
+        match normalize_inventory(value) {
+            Ok(s) => {
+                let d = Derived::Snapshot {
+                    lt: (self.checkpoint.max_append_ms, self.id.source, self.id.partition, rec.offset),
+                    sku: s.sku.clone(),
+                    on_hand: s.on_hand,
+                    as_of_ms: s.as_of_ms,
+                    append_ms: rec.append_ms,
+                };
+                out.push(OutputRecord {
+                    sink: Sink::Repartition,
+                    key: Some(s.sku.as_bytes().to_vec()),
+                    value: d.encode(),
+                    headers: Vec::new(),
+                    partition: Some(sku_partition(&s.sku, self.sku_partitions)),
+                });
+            }
+            Err(rejection) => {
+                Stats::add(&stats.dead_letters, 1);
+                if let Some(i) = RejectReason::ALL.iter().position(|r| *r == rejection.reason) {
+                    Stats::add(&stats.dead_letters_by_reason[i], 1);
+                }
+                out.push(OutputRecord::side_output(
+                    Sink::DeadLetter,
+                    (self.topic.as_str(), self.id.partition, rec.offset, rec.append_ms),
+                    rec.key,
+                    value,
+                    rejection.reason.as_str(),
+                    rejection.detail,
+                ));
+            }
+        }
+        true
+    }
+
+    pub fn finish(&mut self, batch: &mut CommitBatch<'_>) {
+        self.uncommitted = false;
+        batch.put_checkpoint(self.id, &self.checkpoint);
+    }
+
+    pub fn mark(&self, idle_bound_ms: Option<i64>) -> Derived {
+        mark(self.id, &self.checkpoint, idle_bound_ms)
+    }
+}

@@ -1,0 +1,268 @@
+//! The downstream task of one SKU repartition partition: merges what every upstream sends
+//! in logical-time order, runs the per-SKU rules, and writes outbox rows.
+//!
+//! Per commit interval:
+//! 1. [`SkuTask::ingest`] each repartition record: a progress mark raises its upstream's
+//!    bound; a data record already applied (a replay) is skipped; others wait in the merge
+//!    buffer (memory, mirrored to RocksDB in the same batch).
+//! 2. [`SkuTask::finish`]: release, in logical-time order, every buffered record below the
+//!    lowest bound of all upstreams — nothing lower can arrive any more — and apply it; new
+//!    action keys become outbox rows; SKU state, buffer changes, bookkeeping and the input
+//!    offset are staged into the commit batch.
+//!
+//! Which records are released depends on timing; the order they are applied in does not.
+//! So the actions, their keys and payloads do not depend on how fast any partition ran.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
+use tidemark_topology::config::Rule;
+use tidemark_topology::sku::{LineKind, SkuInput, SkuProcessor, SkuState};
+use tidemark_topology::window::WindowPolicy;
+
+use super::derive::{Derived, Lt};
+use super::outbox::{OutboxRow, RowState};
+use super::output::{OutputRecord, Sink};
+use super::stats::Stats;
+use super::task::SourceRecord;
+
+type Upstream = (u16, i32);
+type BufferKey = (Lt, u32);
+
+#[derive(Clone, Debug)]
+pub struct SkuTaskConfig {
+    pub topic: String,
+    /// Every upstream partition whose progress gates the merge.
+    pub upstreams: Vec<Upstream>,
+    pub rules: Vec<Rule>,
+    pub window: WindowPolicy,
+}
+
+/// Bookkeeping persisted with the task's state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Meta {
+    bounds: BTreeMap<Upstream, Lt>,
+    applied: BTreeMap<Upstream, (i64, u32)>,
+    max_event_ms: Option<i64>,
+}
+
+const META_KEY: &[u8] = b"meta";
+
+pub struct SkuTask {
+    id: PartitionId,
+    cfg: SkuTaskConfig,
+    processor: SkuProcessor,
+    checkpoint: Checkpoint,
+    meta: Meta,
+    buffer: BTreeMap<BufferKey, Derived>,
+    /// Buffer entries not yet written to the store.
+    unsaved: Vec<BufferKey>,
+    /// Persisted buffer entries released since the last commit.
+    released: Vec<BufferKey>,
+    uncommitted: bool,
+}
+
+impl SkuTask {
+    pub fn restore(store: &Store, id: PartitionId, cfg: SkuTaskConfig) -> Result<Self, StateError> {
+        let checkpoint = store.checkpoint(id)?.unwrap_or_default();
+        let mut meta = Meta::default();
+        let mut processor = SkuProcessor::new(cfg.rules.clone(), cfg.window);
+        for (k, v) in store.load_aggregates(id, Namespace::SkuMeta)? {
+            if k == META_KEY {
+                meta = codec::decode("sku task meta", &v)?;
+            }
+        }
+        processor.restore_watermark(meta.max_event_ms);
+        for (k, v) in store.load_aggregates(id, Namespace::Sku)? {
+            let sku = String::from_utf8_lossy(&k).into_owned();
+            let state: SkuState = codec::decode("sku state", &v)?;
+            processor.restore(sku, state);
+        }
+        let mut buffer = BTreeMap::new();
+        for (k, v) in store.load_aggregates(id, Namespace::MergeBuffer)? {
+            let key: BufferKey = codec::decode("merge buffer key", &k)?;
+            let d = Derived::decode(&v)
+                .map_err(|e| StateError::Decode { what: "merge buffer record", detail: e.to_string() })?;
+            buffer.insert(key, d);
+        }
+        Ok(SkuTask {
+            id,
+            cfg,
+            processor,
+            checkpoint,
+            meta,
+            buffer,
+            unsaved: Vec::new(),
+            released: Vec::new(),
+            uncommitted: false,
+        })
+    }
+
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+
+    pub fn has_uncommitted(&self) -> bool {
+        self.uncommitted
+    }
+
+    /// Records waiting for upstream progress.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
+        if rec.offset < self.checkpoint.next_offset {
+            return false;
+        }
+        self.uncommitted = true;
+        self.checkpoint.next_offset = rec.offset + 1;
+        self.checkpoint.max_append_ms = self.checkpoint.max_append_ms.max(rec.append_ms);
+        self.checkpoint.records += 1;
+        let value = rec.value.unwrap_or_default();
+        let derived = match Derived::decode(value) {
+            Ok(d) => d,
+            Err(e) => {
+                // Only tidemark writes this topic; an unreadable record means a foreign
+                // writer or a newer format. Keep it, visibly, and go on.
+                Stats::add(&stats.dead_letters, 1);
+                out.push(OutputRecord::side_output(
+                    Sink::DeadLetter,
+                    (self.cfg.topic.as_str(), self.id.partition, rec.offset, rec.append_ms),
+                    rec.key,
+                    value,
+                    "internal_record_unreadable",
+                    e.to_string(),
+                ));
+                return true;
+            }
+        };
+        match &derived {
+            Derived::Mark { upstream, bound } => {
+                let slot = self.meta.bounds.entry(*upstream).or_insert(*bound);
+                *slot = (*slot).max(*bound);
+            }
+            Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => {
+                let upstream = (lt.1, lt.2);
+                let Some(seq) = derived.seq() else { return true };
+                let key = (*lt, seq.1);
+                if self.meta.applied.get(&upstream).is_some_and(|a| *a >= seq) || self.buffer.contains_key(&key) {
+                    Stats::add(&stats.dedup_hits, 1);
+                    return true;
+                }
+                self.buffer.insert(key, derived);
+                self.unsaved.push(key);
+            }
+        }
+        true
+    }
+
+    /// The lowest promise over every upstream; `None` until each has spoken.
+    fn release_bound(&self) -> Option<Lt> {
+        self.cfg
+            .upstreams
+            .iter()
+            .map(|u| self.meta.bounds.get(u).copied())
+            .collect::<Option<Vec<Lt>>>()?
+            .into_iter()
+            .min()
+    }
+
+    /// Step 2. New outbox rows are appended to `rows` for the dispatcher (after the commit).
+    pub fn finish(
+        &mut self,
+        store: &Store,
+        batch: &mut CommitBatch<'_>,
+        rows: &mut Vec<OutboxRow>,
+        stats: &Stats,
+    ) -> Result<(), StateError> {
+        self.uncommitted = false;
+        if let Some(bound) = self.release_bound() {
+            while let Some(entry) = self.buffer.first_entry() {
+                if entry.key().0 >= bound {
+                    break;
+                }
+                let (key, derived) = entry.remove_entry();
+                if let Some(pos) = self.unsaved.iter().position(|k| *k == key) {
+                    self.unsaved.swap_remove(pos);
+                } else {
+                    self.released.push(key);
+                }
+                self.apply(store, batch, &derived, rows, stats)?;
+            }
+        }
+        for key in self.unsaved.drain(..) {
+            if let Some(d) = self.buffer.get(&key) {
+                batch.put_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key), &d.encode());
+            }
+        }
+        for key in self.released.drain(..) {
+            batch.delete_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key));
+        }
+        for (sku, state) in self.processor.take_dirty() {
+            batch.put_aggregate(self.id, Namespace::Sku, sku.as_bytes(), &codec::encode(&state));
+        }
+        for sku in self.processor.expire() {
+            batch.delete_aggregate(self.id, Namespace::Sku, sku.as_bytes());
+        }
+        self.meta.max_event_ms = self.processor.watermark_state();
+        batch.put_aggregate(self.id, Namespace::SkuMeta, META_KEY, &codec::encode(&self.meta));
+        batch.put_checkpoint(self.id, &self.checkpoint);
+        Ok(())
+    }
+
+    fn apply(
+        &mut self,
+        store: &Store,
+        batch: &mut CommitBatch<'_>,
+        derived: &Derived,
+        rows: &mut Vec<OutboxRow>,
+        stats: &Stats,
+    ) -> Result<(), StateError> {
+        let input = match derived {
+            Derived::Line { lt, idx, sku, placed, qty, event_ms, append_ms } => {
+                self.meta.applied.insert((lt.1, lt.2), (lt.3, *idx));
+                SkuInput::Line {
+                    sku: sku.clone(),
+                    kind: if *placed { LineKind::Placed } else { LineKind::Cancelled },
+                    qty: *qty,
+                    event_time_ms: *event_ms,
+                    append_ms: *append_ms,
+                    source_id: format!("{}/{}/{}/{}", lt.1, lt.2, lt.3, idx),
+                }
+            }
+            Derived::Snapshot { lt, sku, on_hand, as_of_ms, append_ms } => {
+                self.meta.applied.insert((lt.1, lt.2), (lt.3, 0));
+                SkuInput::Snapshot { sku: sku.clone(), on_hand: *on_hand, as_of_ms: *as_of_ms, append_ms: *append_ms }
+            }
+            Derived::Mark { .. } => return Ok(()),
+        };
+        Stats::add(&stats.sku_inputs, 1);
+        for intent in self.processor.apply(&input) {
+            let pending_here = rows.iter().any(|r| r.key == intent.key);
+            if pending_here || store.outbox_get(self.id, &intent.key)?.is_some() {
+                continue;
+            }
+            let shadow = intent.mode == "shadow";
+            let row = OutboxRow {
+                key: intent.key.clone(),
+                rule_id: intent.rule_id.clone(),
+                rule_version: intent.rule_version,
+                mode: intent.mode.clone(),
+                action: intent.action.clone(),
+                sku: intent.sku.clone(),
+                payload: intent.payload_json(),
+                state: if shadow { RowState::Shadow } else { RowState::Pending },
+                attempts: 0,
+                created_at_ms: intent.created_at_ms,
+                source_append_ms: intent.source_append_ms,
+                committed_wall_ms: 0,
+            };
+            batch.put_outbox(self.id, &row.key, &codec::encode(&row));
+            Stats::add(&stats.actions, 1);
+            rows.push(row);
+        }
+        Ok(())
+    }
+}

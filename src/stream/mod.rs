@@ -1,0 +1,465 @@
+//! The stream thread: poll, process per partition, commit; repeat.
+//!
+//! One OS thread owns the consumer, the tasks and the producer (rdkafka's `BaseConsumer` is
+//! several times faster per message than the stream consumer). Blocking here is fine: no
+//! async executor runs on this thread. It consumes three topics in one group: `orders`
+//! and `inventory` (upstream tasks) and the internal SKU repartition topic (SKU tasks).
+
+pub mod tasks;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tidemark_state::{PartitionId, Store, StoreOptions};
+use tidemark_topology::config::Topology;
+use tracing::{info, warn};
+
+use crate::engine::derive::{Derived, Lt};
+use crate::engine::inventory::InventoryTask;
+use crate::engine::outbox::OutboxRow;
+use crate::engine::sku_task::{SkuTask, SkuTaskConfig};
+use crate::engine::{OutputRecord, PartitionTask, SourceRecord, Stats, TaskConfig};
+use crate::failpoint;
+use crate::kafka::context::{AssignmentEvent, TaskContext};
+use crate::kafka::sink::OutputSink;
+use crate::kafka::KafkaSettings;
+use crate::telemetry::events::Latencies;
+use crate::telemetry::Progress;
+use tasks::{Task, INVENTORY, ORDERS, SKU_REPARTITION};
+
+/// Committed outbox rows, handed to the dispatcher. Rows are durable before they are sent
+/// here, so a full channel loses nothing: the dispatcher rescans the outbox.
+pub type RowSender = tokio::sync::mpsc::Sender<(PartitionId, OutboxRow)>;
+
+#[derive(Clone)]
+pub struct StreamOptions {
+    pub settings: KafkaSettings,
+    pub topology: Topology,
+    pub state_dir: PathBuf,
+    pub group_id: String,
+    /// Static group membership (`group.instance.id`), e.g. the StatefulSet pod name.
+    pub instance_id: Option<String>,
+    pub stop: Arc<AtomicBool>,
+    pub stats: Arc<Stats>,
+    /// When set (and once the flag inside is true), stop as soon as every assigned partition
+    /// has reached the end of the log and no SKU task holds records (tests, the demo).
+    pub exit_at_end: Option<Arc<AtomicBool>>,
+    /// See `tidemark run --allow-partial-rebuild`.
+    pub allow_partial_rebuild: bool,
+    pub progress: Arc<Progress>,
+    /// Where committed outbox rows go; `None` keeps them in the outbox only.
+    pub rows: Option<RowSender>,
+    /// The store, when the caller shares it (with the dispatcher); opened here otherwise.
+    pub store: Option<Arc<Store>>,
+    /// SKU partitions owned, for the dispatcher's outbox scans.
+    pub sku_owned: crate::actions::Owned,
+}
+
+type Consumer_ = BaseConsumer<TaskContext>;
+
+/// Idle upstreams repeat their clock-based promise at most this often.
+const IDLE_MARK_EVERY: Duration = Duration::from_millis(500);
+/// How old a reported log end may be for a task to count as caught up. Statistics arrive
+/// every 500 ms and the fetcher refreshes log ends every `fetch.wait.max.ms` (50 ms), well
+/// inside the default 2 s skew allowance an idle promise relies on.
+const LOG_END_FRESH: Duration = Duration::from_millis(1200);
+
+struct Runner {
+    opts: StreamOptions,
+    store: Arc<Store>,
+    sink: OutputSink,
+    tasks: BTreeMap<PartitionId, Task>,
+    out: Vec<OutputRecord>,
+    rows: Vec<OutboxRow>,
+    task_cfg: TaskConfig,
+    sku_cfg: SkuTaskConfig,
+    sku_partitions: i32,
+    last_marks: BTreeMap<PartitionId, (Lt, Instant)>,
+    latencies: Latencies,
+    /// When the oldest record of the current batch was consumed.
+    batch_started: Option<Instant>,
+    paused: bool,
+}
+
+pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
+    let t = &opts.topology;
+    std::fs::create_dir_all(&opts.state_dir).with_context(|| format!("creating {}", opts.state_dir.display()))?;
+    Ok(Arc::new(Store::open(
+        &opts.state_dir,
+        &StoreOptions { owner: format!("{}/{}", t.name, opts.group_id), ..StoreOptions::default() },
+    )?))
+}
+
+/// Partition counts of the input topics, read from the broker (they must exist).
+fn partition_counts(consumer: &Consumer_, topics: &[&str]) -> anyhow::Result<Vec<i32>> {
+    let md = consumer.fetch_metadata(None, Duration::from_secs(30)).context("fetching metadata")?;
+    topics
+        .iter()
+        .map(|name| {
+            md.topics()
+                .iter()
+                .find(|t| t.name() == *name && !t.partitions().is_empty())
+                .map(|t| i32::try_from(t.partitions().len()).unwrap_or(i32::MAX))
+                .with_context(|| {
+                    format!("topic {name} does not exist: create it (`tidemark topics`) or pass --create-topics")
+                })
+        })
+        .collect()
+}
+
+/// Runs until `stop` is set (SIGTERM/SIGINT) or, with `exit_at_end`, the log is drained.
+/// Returns after a final commit: nothing processed is lost on a clean stop.
+pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
+    let t = &opts.topology;
+    let store = match &opts.store {
+        Some(s) => Arc::clone(s),
+        None => open_store(&opts)?,
+    };
+    let sources = vec![t.orders.topic.clone(), t.inventory.topic.clone(), t.sku_repartition.topic.clone()];
+    let context = TaskContext {
+        store: Arc::clone(&store),
+        sources: sources.clone(),
+        events: Mutex::new(Vec::new()),
+        stats: Arc::clone(&opts.stats),
+        log_ends: Mutex::default(),
+    };
+    let mut cfg = opts.settings.client_config();
+    cfg.set("group.id", &opts.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .set("statistics.interval.ms", "500")
+        .set("session.timeout.ms", "30000")
+        .set("fetch.wait.max.ms", "50");
+    if let Some(id) = &opts.instance_id {
+        cfg.set("group.instance.id", id);
+    }
+    let consumer: Consumer_ = cfg.create_with_context(context).context("creating consumer")?;
+    let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let counts = partition_counts(&consumer, &topics)?;
+    consumer.subscribe(&topics).context("subscribing")?;
+    info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
+    let sink = OutputSink::new(&opts.settings, t)?;
+    let sku_partitions = counts[2];
+    let task_cfg = TaskConfig {
+        topic: t.orders.topic.clone(),
+        window: t.dashboard_window,
+        dedup_retention_ms: t.dedup_retention_ms,
+        sku_partitions,
+    };
+    let upstreams = (0..counts[0]).map(|p| (ORDERS, p)).chain((0..counts[1]).map(|p| (INVENTORY, p))).collect();
+    let sku_cfg = SkuTaskConfig {
+        topic: t.sku_repartition.topic.clone(),
+        upstreams,
+        rules: t.rules.clone(),
+        window: t.dashboard_window,
+    };
+    let mut runner = Runner {
+        opts,
+        store,
+        sink,
+        tasks: BTreeMap::new(),
+        out: Vec::new(),
+        rows: Vec::new(),
+        task_cfg,
+        sku_cfg,
+        sku_partitions,
+        last_marks: BTreeMap::new(),
+        latencies: Latencies::default(),
+        batch_started: None,
+        paused: false,
+    };
+    runner.run_loop(&consumer)
+}
+
+impl Runner {
+    fn source_of(&self, topic: &str) -> Option<u16> {
+        let t = &self.opts.topology;
+        if topic == t.orders.topic {
+            Some(ORDERS)
+        } else if topic == t.inventory.topic {
+            Some(INVENTORY)
+        } else if topic == t.sku_repartition.topic {
+            Some(SKU_REPARTITION)
+        } else {
+            None
+        }
+    }
+
+    fn run_loop(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
+        let interval = Duration::from_millis(self.opts.topology.commit_interval_ms);
+        let max_batch = self.opts.topology.max_batch_records;
+        loop {
+            let deadline = Instant::now() + interval;
+            let mut taken = 0usize;
+            while taken < max_batch && !self.opts.stop.load(Ordering::Relaxed) {
+                self.opts.progress.beat();
+                self.apply_pause(consumer);
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                let polled = consumer.poll((deadline - now).min(Duration::from_millis(100)));
+                self.handle_assignment(consumer)?;
+                match polled {
+                    None => {}
+                    Some(Err(e)) => warn!(error = %e, "consumer error"),
+                    Some(Ok(msg)) => {
+                        let Some(source) = self.source_of(msg.topic()) else { continue };
+                        let id = PartitionId { source, partition: msg.partition() };
+                        let Some(task) = self.tasks.get_mut(&id) else { continue };
+                        let append_ms = msg.timestamp().to_millis().unwrap_or(0);
+                        let rec =
+                            SourceRecord { key: msg.key(), value: msg.payload(), append_ms, offset: msg.offset() };
+                        if task.ingest(rec, &mut self.out, &self.opts.stats) {
+                            taken += 1;
+                            if source != SKU_REPARTITION {
+                                let age_ms = chrono::Utc::now().timestamp_millis() - append_ms;
+                                self.latencies.append_to_consume.record(age_ms.max(0) as f64 / 1000.0);
+                            }
+                            self.batch_started.get_or_insert_with(Instant::now);
+                        }
+                    }
+                }
+            }
+            self.commit(consumer)?;
+            if self.opts.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let exit_armed = self.opts.exit_at_end.as_ref().is_some_and(|f| f.load(Ordering::Relaxed));
+            if exit_armed && self.drained(consumer) {
+                info!("every assigned partition is at the end of the log");
+                break;
+            }
+        }
+        consumer.unsubscribe();
+        info!("stream stopped after final commit");
+        Ok(())
+    }
+
+    /// Applies `POST /pause` and `POST /resume` to the consumer's current assignment.
+    fn apply_pause(&mut self, consumer: &Consumer_) {
+        let want = self.opts.progress.paused.load(Ordering::Relaxed);
+        if want == self.paused {
+            return;
+        }
+        let Ok(assignment) = consumer.assignment() else { return };
+        let result = if want { consumer.pause(&assignment) } else { consumer.resume(&assignment) };
+        match result {
+            Ok(()) => {
+                self.paused = want;
+                info!(paused = want, "consumption {}", if want { "paused" } else { "resumed" });
+            }
+            Err(e) => warn!(error = %e, "cannot change pause state"),
+        }
+    }
+
+    /// Caught up: the log end (from statistics at most `LOG_END_FRESH` old) is at the task's
+    /// next offset. Never while paused: a paused consumer's statistics go stale.
+    fn idle(&self, consumer: &Consumer_, id: PartitionId, task: &Task) -> bool {
+        !self.paused && consumer.context().caught_up(id, task.next_offset(), LOG_END_FRESH)
+    }
+
+    fn drained(&self, consumer: &Consumer_) -> bool {
+        !self.tasks.is_empty() && self.tasks.iter().all(|(id, t)| self.idle(consumer, *id, t) && t.buffered() == 0)
+    }
+
+    fn restore(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<Task> {
+        let task = match id.source {
+            ORDERS => Task::Orders(PartitionTask::restore(&self.store, id, self.task_cfg.clone())?),
+            INVENTORY => Task::Inventory(InventoryTask::restore(
+                &self.store,
+                id,
+                self.opts.topology.inventory.topic.clone(),
+                self.sku_partitions,
+            )?),
+            _ => Task::Sku(Box::new(SkuTask::restore(&self.store, id, self.sku_cfg.clone())?)),
+        };
+        if task.checkpoint().records == 0 && id.source != SKU_REPARTITION {
+            self.check_full_log(consumer, id)?;
+        }
+        Ok(task)
+    }
+
+    fn handle_assignment(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
+        for event in consumer.context().take_events() {
+            match event {
+                AssignmentEvent::Revoked(ids) => {
+                    // Keep the work done so far: commit, then let the partitions go.
+                    self.commit(consumer)?;
+                    for id in ids {
+                        self.tasks.remove(&id);
+                        self.last_marks.remove(&id);
+                        if id.source == ORDERS {
+                            self.opts.progress.revoked(id.partition);
+                        }
+                        if id.source == SKU_REPARTITION {
+                            if let Ok(mut o) = self.opts.sku_owned.lock() {
+                                o.remove(&id.partition);
+                            }
+                        }
+                    }
+                }
+                AssignmentEvent::Assigned(ids) => {
+                    for id in ids {
+                        failpoint::hit("restore.mid");
+                        let task = self
+                            .restore(consumer, id)
+                            .with_context(|| format!("restoring {} partition {}", tasks::describe(id), id.partition))?;
+                        info!(partition = %id, next_offset = task.next_offset(), "restored");
+                        if id.source == ORDERS {
+                            self.opts.progress.assigned(id.partition, task.next_offset());
+                        }
+                        if id.source == SKU_REPARTITION {
+                            if let Ok(mut o) = self.opts.sku_owned.lock() {
+                                o.insert(id.partition);
+                            }
+                        }
+                        self.tasks.insert(id, task);
+                    }
+                    // A fresh assignment is unpaused; the loop re-applies a pause in force.
+                    self.paused = false;
+                }
+            }
+            let orders = self.tasks.keys().filter(|id| id.source == ORDERS).count();
+            self.opts.stats.assigned.store(orders as i64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A partition with no state here is rebuilt from the start of the log; refuse when the
+    /// log no longer starts at offset 0, since the rebuilt state would silently miss records.
+    fn check_full_log(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<()> {
+        let t = &self.opts.topology;
+        let topic = if id.source == ORDERS { &t.orders.topic } else { &t.inventory.topic };
+        let (low, _) = consumer
+            .fetch_watermarks(topic, id.partition, Duration::from_secs(30))
+            .with_context(|| format!("reading the log start of {topic}/{}", id.partition))?;
+        if low > 0 && !self.opts.allow_partial_rebuild {
+            anyhow::bail!(
+                "{topic}/{} has no state in {} and its log starts at offset {low}, not 0: a rebuild would miss records. \
+                 Restore the state directory, or pass --allow-partial-rebuild to accept it",
+                id.partition,
+                self.opts.state_dir.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Progress promises of the upstream tasks, to every SKU partition. A task with new
+    /// records promises its effective append time; a caught-up one promises the clock minus
+    /// the skew allowance, at most every `IDLE_MARK_EVERY`.
+    fn marks(&mut self, consumer: &Consumer_) {
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let skew = self.opts.topology.idle_skew_ms;
+        for (id, task) in &self.tasks {
+            let idle = self.idle(consumer, *id, task);
+            let Some(mark) = task.mark(idle.then_some(now_ms - skew)) else { continue };
+            let Derived::Mark { bound, .. } = &mark else { continue };
+            let due = match self.last_marks.get(id) {
+                None => true,
+                Some((last, at)) => *bound > *last && (!idle || at.elapsed() >= IDLE_MARK_EVERY),
+            };
+            if !due {
+                continue;
+            }
+            self.last_marks.insert(*id, (*bound, Instant::now()));
+            let value = mark.encode();
+            for p in 0..self.sku_partitions {
+                self.out.push(OutputRecord {
+                    sink: crate::engine::Sink::Repartition,
+                    key: None,
+                    value: value.clone(),
+                    headers: Vec::new(),
+                    partition: Some(p),
+                });
+            }
+        }
+    }
+
+    /// Makes everything processed so far durable, in this order:
+    /// 1. each task stages its state changes (dedup entries, aggregates, SKU state, merge
+    ///    buffer, outbox rows) and its checkpoint into one `WriteBatch`, and emits outputs;
+    /// 2. upstream tasks emit their progress marks;
+    /// 3. every output record is produced and acknowledged by the broker;
+    /// 4. the batch is written with fsync: state, outbox rows and input offsets move together;
+    /// 5. the new outbox rows go to the dispatcher;
+    /// 6. the group's committed offsets follow (for lag tools; tidemark never reads them).
+    ///
+    /// A crash before 4 replays from the previous checkpoint and reproduces the same
+    /// outputs and rows; a crash after 4 resumes after it. Either way no output is lost and
+    /// no action key is produced twice.
+    fn commit(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
+        let store = Arc::clone(&self.store);
+        let mut batch = store.batch();
+        let mut progressed = Vec::new();
+        for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
+            task.finish(&store, &mut batch, &mut self.out, &mut self.rows, &self.opts.stats)?;
+            progressed.push((*id, task.next_offset()));
+        }
+        if self.sku_partitions > 0 {
+            self.marks(consumer);
+        }
+        Stats::add(&self.opts.stats.outputs, self.out.len() as u64);
+        self.sink.send_all(&mut self.out)?;
+        failpoint::hit("commit.before_outputs_flushed");
+        let progress = Arc::clone(&self.opts.progress);
+        self.sink.flush(&move || progress.beat())?;
+        failpoint::hit("commit.after_outputs_before_state");
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let fsync_started = Instant::now();
+        batch.commit()?;
+        self.latencies.checkpoint_committed(fsync_started.elapsed());
+        if let Some(started) = self.batch_started.take() {
+            self.latencies.consume_to_commit.record(started.elapsed().as_secs_f64());
+        }
+        Stats::add(&self.opts.stats.commits, 1);
+        failpoint::hit("commit.after_state_before_group");
+        self.hand_over_rows();
+        let mut tpl = TopicPartitionList::new();
+        for (id, next) in &progressed {
+            if let Some(task) = self.tasks.get(id) {
+                task.committed(&self.store);
+            }
+            let topic = match id.source {
+                ORDERS => {
+                    self.opts.progress.committed(id.partition, *next);
+                    &self.opts.topology.orders.topic
+                }
+                INVENTORY => &self.opts.topology.inventory.topic,
+                _ => &self.opts.topology.sku_repartition.topic,
+            };
+            let _ = tpl.add_partition_offset(topic, id.partition, Offset::Offset(*next));
+        }
+        if tpl.count() > 0 {
+            if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
+                warn!(error = %e, "group offset commit failed (lag tools only; state is committed)");
+            }
+        }
+        Ok(())
+    }
+
+    fn hand_over_rows(&mut self) {
+        let now = chrono::Utc::now().timestamp_millis();
+        let rows = std::mem::take(&mut self.rows);
+        let Some(tx) = &self.opts.rows else { return };
+        for mut row in rows {
+            row.committed_wall_ms = now;
+            let partition = crate::engine::derive::sku_partition(&row.sku, self.sku_partitions);
+            let id = PartitionId { source: SKU_REPARTITION, partition };
+            if tx.try_send((id, row)).is_err() {
+                // Durable already: the dispatcher picks it up on its next outbox scan.
+                self.opts.stats.outbox_rescan.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The tasks one process may own, one per assigned source partition.
+
+use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
+
+use crate::engine::derive::Derived;
+use crate::engine::inventory::InventoryTask;
+use crate::engine::outbox::OutboxRow;
+use crate::engine::sku_task::SkuTask;
+use crate::engine::{OutputRecord, PartitionTask, SourceRecord, Stats};
+
+/// `PartitionId::source` of each input topic.
+pub const ORDERS: u16 = 0;
+pub const INVENTORY: u16 = 1;
+pub const SKU_REPARTITION: u16 = 2;
+
+pub enum Task {
+    /// Orders: normalise, dedup, dashboard, forward lines by SKU.
+    Orders(PartitionTask),
+    /// Inventory: validate, forward snapshots by SKU.
+    Inventory(InventoryTask),
+    /// SKU repartition: merge in logical-time order, rules, outbox.
+    Sku(Box<SkuTask>),
+}
+
+impl Task {
+    pub fn checkpoint(&self) -> &Checkpoint {
+        match self {
+            Task::Orders(t) => t.checkpoint(),
+            Task::Inventory(t) => t.checkpoint(),
+            Task::Sku(t) => t.checkpoint(),
+        }
+    }
+
+    pub fn next_offset(&self) -> i64 {
+        self.checkpoint().next_offset
+    }
+
+    pub fn has_uncommitted(&self) -> bool {
+        match self {
+            Task::Orders(t) => t.has_uncommitted(),
+            Task::Inventory(t) => t.has_uncommitted(),
+            Task::Sku(t) => t.has_uncommitted(),
+        }
+    }
+
+    pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
+        match self {
+            Task::Orders(t) => t.ingest(rec, out, stats),
+            Task::Inventory(t) => t.ingest(rec, out, stats),
+            Task::Sku(t) => t.ingest(rec, out, stats),
+        }
+    }
+
+    pub fn finish(
+        &mut self,
+        store: &Store,
+        batch: &mut CommitBatch<'_>,
+        out: &mut Vec<OutputRecord>,
+        rows: &mut Vec<OutboxRow>,
+        stats: &Stats,
+    ) -> Result<(), StateError> {
+        match self {
+            Task::Orders(t) => t.finish(store, batch, out, stats),
+            Task::Inventory(t) => {
+                t.finish(batch);
+                Ok(())
+            }
+            Task::Sku(t) => t.finish(store, batch, rows, stats),
+        }
+    }
+
+    pub fn committed(&self, store: &Store) {
+        if let Task::Orders(t) = self {
+            t.committed(store);
+        }
+    }
+
+    /// The progress promise of an upstream task; `None` for SKU tasks.
+    pub fn mark(&self, idle_bound_ms: Option<i64>) -> Option<Derived> {
+        match self {
+            Task::Orders(t) => Some(t.mark(idle_bound_ms)),
+            Task::Inventory(t) => Some(t.mark(idle_bound_ms)),
+            Task::Sku(_) => None,
+        }
+    }
+
+    /// Records a SKU task still holds for the merge.
+    pub fn buffered(&self) -> usize {
+        match self {
+            Task::Sku(t) => t.buffered(),
+            _ => 0,
+        }
+    }
+}
+
+pub fn describe(id: PartitionId) -> &'static str {
+    match id.source {
+        ORDERS => "orders",
+        INVENTORY => "inventory",
+        _ => "sku-repartition",
+    }
+}

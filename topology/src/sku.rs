@@ -1,0 +1,280 @@
+//! The per-SKU processor of the inventory anomaly path (SPEC §2 Inventory, Rules, Actions).
+//!
+//! [`SkuProcessor`] is a pure state machine over one partition's inputs, which the runtime
+//! feeds already merged in logical-time order: order lines (after dedup) and inventory
+//! snapshots. Each input returns the [`ActionIntent`]s it fired (emit-on-update), so the
+//! output is a function of the input sequence alone, whatever the timing or crash history.
+//!
+//! Semantics where the spec leaves room:
+//! - The watermark (max event time − allowed lateness) advances on order lines only. A
+//!   snapshot's `as_of` is the warehouse's clock, not order event time.
+//! - A line beyond retention ([`SkuProcessor::is_beyond_retention`]) touches no state at
+//!   all, inventory included; the runtime routes it to the late output.
+//! - Lines count against a snapshot when their event time is after its `as_of`, kept per
+//!   exact millisecond. Once such a line falls beyond retention it is folded into one sum
+//!   that keeps counting; should a newer snapshot's `as_of` land inside the folded span,
+//!   the whole sum keeps counting (the conservative side: it can only lower availability).
+//!   Before the first snapshot, lines beyond retention are dropped.
+//! - A snapshot whose `as_of` is not newer than the SKU's current one is ignored. A newer
+//!   snapshot resets the stock rules: each may fire once more for it.
+//! - Velocity counts placed units only. Windows are kept only as far back as a window still
+//!   open for actions can look for its baseline; a late line into an older window (yet
+//!   within retention) changes nothing observable and is not recorded there.
+//! - Stock rules are checked on every update of the SKU (so a rule whose version changed
+//!   fires on the SKU's next input); a window rule is checked when its window gains units
+//!   while open for actions.
+//!
+//! Pruning is idempotent with respect to results: [`SkuProcessor::expire`] only removes what
+//! no later input can observe, so calling it at any moment (e.g. on the commit timer) never
+//! changes an output.
+
+mod intent;
+mod rules;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Rule, RuleKind};
+use crate::window::{window_start, Watermark, WindowPolicy};
+use rules::{evaluate, Cause, OpenWindow};
+
+pub use intent::{action_str, mode_str, ActionIntent, Evidence, Trigger};
+pub use state::{Folded, RuleRef, SkuState, Stock, Units, WindowFired};
+
+/// Whether an order line adds or returns stock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineKind {
+    Placed,
+    Cancelled,
+}
+
+/// One input of the processor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SkuInput {
+    /// One order line after dedup: placed lines take stock, cancelled ones return it
+    /// (shipped and refunded events have no inventory effect and never arrive).
+    Line {
+        sku: String,
+        kind: LineKind,
+        qty: u32,
+        event_time_ms: i64,
+        append_ms: i64,
+        /// Stable id of the source line (e.g. `partition/offset/line`), for tracing; dedup
+        /// happened upstream, so the processor does not keep it.
+        source_id: String,
+    },
+    /// A warehouse stock snapshot (SPEC §1.2).
+    Snapshot { sku: String, on_hand: i64, as_of_ms: i64, append_ms: i64 },
+}
+
+impl SkuInput {
+    pub fn sku(&self) -> &str {
+        match self {
+            SkuInput::Line { sku, .. } | SkuInput::Snapshot { sku, .. } => sku,
+        }
+    }
+}
+
+/// All anomaly state of one partition: per-SKU state plus the partition watermark.
+#[derive(Clone, Debug)]
+pub struct SkuProcessor {
+    rules: Vec<Rule>,
+    policy: WindowPolicy,
+    /// Whether any rule needs per-window counts.
+    keeps_windows: bool,
+    /// The longest velocity baseline, in windows.
+    baseline_reach: u32,
+    watermark: Watermark,
+    skus: BTreeMap<String, SkuState>,
+    dirty: BTreeSet<String>,
+    /// [`Self::prune_marks`] at the last [`Self::expire`]: while they stay put, nothing new
+    /// can be pruned, so `expire` on every commit costs nothing between window boundaries.
+    expired_at: Option<(i64, i64)>,
+}
+
+impl SkuProcessor {
+    pub fn new(rules: Vec<Rule>, window: WindowPolicy) -> Self {
+        let baselines: Vec<u32> = rules
+            .iter()
+            .filter_map(|r| match r.kind {
+                RuleKind::VelocitySpike { baseline_windows, .. } => Some(baseline_windows),
+                _ => None,
+            })
+            .collect();
+        // A non-positive size would make window arithmetic divide by zero; config forbids it.
+        let policy = WindowPolicy { size_ms: window.size_ms.max(1), ..window };
+        SkuProcessor {
+            rules,
+            policy,
+            keeps_windows: !baselines.is_empty(),
+            baseline_reach: baselines.into_iter().max().unwrap_or(0),
+            watermark: Watermark::default(),
+            skus: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            expired_at: None,
+        }
+    }
+
+    /// Applies one input and returns the intents it fired, in rule declaration order.
+    pub fn apply(&mut self, input: &SkuInput) -> Vec<ActionIntent> {
+        match input {
+            SkuInput::Line { sku, kind, qty, event_time_ms, append_ms, .. } => {
+                self.apply_line(sku, *kind, *qty, *event_time_ms, *append_ms)
+            }
+            SkuInput::Snapshot { sku, on_hand, as_of_ms, append_ms } => {
+                self.apply_snapshot(sku, Stock { on_hand: *on_hand, as_of_ms: *as_of_ms }, *append_ms)
+            }
+        }
+    }
+
+    fn apply_line(&mut self, sku: &str, kind: LineKind, qty: u32, t: i64, append_ms: i64) -> Vec<ActionIntent> {
+        if self.is_beyond_retention(t) {
+            return Vec::new();
+        }
+        self.watermark.observe(t);
+        let wm = self.watermark();
+        let policy = self.policy;
+        let reach = self.window_reach_start();
+        let state = self.skus.entry(sku.to_string()).or_default();
+        let mut changed = state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
+        let units = match kind {
+            LineKind::Placed => Units { placed: u64::from(qty), cancelled: 0 },
+            LineKind::Cancelled => Units { placed: 0, cancelled: u64::from(qty) },
+        };
+        changed |= state.add_line(t, units);
+        let mut open = None;
+        let start_ms = window_start(t, policy.size_ms);
+        if kind == LineKind::Placed && self.keeps_windows && reach.is_none_or(|r| start_ms >= r) {
+            state.add_window_units(start_ms, u64::from(qty));
+            changed = true;
+            if !policy.closed_for_actions(start_ms, wm) {
+                open = Some(OpenWindow { start_ms, size_ms: policy.size_ms });
+            }
+        }
+        if !changed {
+            if state.is_empty() {
+                self.skus.remove(sku);
+            }
+            return Vec::new();
+        }
+        self.dirty.insert(sku.to_string());
+        evaluate(&self.rules, sku, state, open, Cause { event_ms: t, append_ms })
+    }
+
+    fn apply_snapshot(&mut self, sku: &str, stock: Stock, append_ms: i64) -> Vec<ActionIntent> {
+        let current = self.skus.get(sku).and_then(SkuState::stock);
+        if current.is_some_and(|cur| stock.as_of_ms <= cur.as_of_ms) {
+            return Vec::new();
+        }
+        let wm = self.watermark();
+        let policy = self.policy;
+        let state = self.skus.entry(sku.to_string()).or_default();
+        // Settle first, so which lines the snapshot sees does not depend on when `expire` ran.
+        state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
+        state.set_stock(stock);
+        self.dirty.insert(sku.to_string());
+        evaluate(&self.rules, sku, state, None, Cause { event_ms: stock.as_of_ms, append_ms })
+    }
+
+    /// Whether a line at this event time is beyond retention under the current watermark:
+    /// such a line is ignored by [`apply`](Self::apply) and belongs to the late output.
+    pub fn is_beyond_retention(&self, event_time_ms: i64) -> bool {
+        self.policy.expired(window_start(event_time_ms, self.policy.size_ms), self.watermark())
+    }
+
+    /// The earliest window start still worth keeping: the first window open for actions,
+    /// minus the longest baseline. `None` before the first line (nothing is closed yet).
+    fn window_reach_start(&self) -> Option<i64> {
+        let (last_closed, _) = self.prune_marks()?;
+        let size = self.policy.size_ms;
+        let first_open = last_closed.saturating_add(size);
+        Some(first_open.saturating_sub(i64::from(self.baseline_reach).saturating_mul(size)))
+    }
+
+    /// Starts of the last window closed for actions and of the last expired window under the
+    /// watermark; everything `expire` prunes is a function of these two.
+    fn prune_marks(&self) -> Option<(i64, i64)> {
+        let wm = self.watermark()?;
+        let p = &self.policy;
+        let last_closed = window_start(wm.saturating_sub(p.size_ms).saturating_sub(p.grace_ms), p.size_ms);
+        let last_expired = window_start(wm.saturating_sub(p.size_ms).saturating_sub(p.retention_ms), p.size_ms);
+        Some((last_closed, last_expired))
+    }
+
+    /// SKUs changed since the last call, with their state, sorted by SKU, for write-behind
+    /// persistence.
+    pub fn take_dirty(&mut self) -> Vec<(String, SkuState)> {
+        std::mem::take(&mut self.dirty)
+            .into_iter()
+            .filter_map(|sku| self.skus.get(&sku).cloned().map(|s| (sku, s)))
+            .collect()
+    }
+
+    /// Loads persisted state of one SKU; call before applying inputs for it.
+    pub fn restore(&mut self, sku: String, state: SkuState) {
+        self.expired_at = None;
+        self.dirty.remove(&sku);
+        self.skus.insert(sku, state);
+    }
+
+    /// Drops what no later input can observe: lines beyond retention (folded into their
+    /// snapshot's sum), windows out of baseline reach, fired marks of closed windows.
+    /// Returns the SKUs whose state became empty; they are forgotten here, and the runtime
+    /// deletes their rows.
+    pub fn expire(&mut self) -> Vec<String> {
+        let (Some(marks), Some(reach)) = (self.prune_marks(), self.window_reach_start()) else {
+            return Vec::new();
+        };
+        if self.expired_at == Some(marks) {
+            return Vec::new();
+        }
+        self.expired_at = Some(marks);
+        let wm = self.watermark();
+        let policy = self.policy;
+        let mut emptied = Vec::new();
+        for (sku, state) in &mut self.skus {
+            let mut changed = state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
+            changed |= state.prune_windows(reach, |start| policy.closed_for_actions(start, wm));
+            if state.is_empty() {
+                emptied.push(sku.clone());
+            } else if changed {
+                self.dirty.insert(sku.clone());
+            }
+        }
+        for sku in &emptied {
+            self.skus.remove(sku);
+            self.dirty.remove(sku);
+        }
+        emptied
+    }
+
+    /// The partition watermark: max event time seen − allowed lateness.
+    pub fn watermark(&self) -> Option<i64> {
+        self.watermark.value(self.policy.allowed_lateness_ms)
+    }
+
+    /// What the runtime checkpoints to restore the watermark: the max event time seen.
+    pub fn watermark_state(&self) -> Option<i64> {
+        self.watermark.max_event_ms()
+    }
+
+    pub fn restore_watermark(&mut self, max_event_ms: Option<i64>) {
+        self.expired_at = None;
+        self.watermark = Watermark::from_max_event(max_event_ms);
+    }
+
+    /// The state of one SKU, if any.
+    pub fn state(&self, sku: &str) -> Option<&SkuState> {
+        self.skus.get(sku)
+    }
+
+    /// Number of SKUs with state.
+    pub fn sku_count(&self) -> usize {
+        self.skus.len()
+    }
+}

@@ -1,0 +1,214 @@
+//! Everything the processor remembers about one SKU, and the pure operations on it.
+//!
+//! The state is persisted with bincode, so it holds only plain structs, ordered maps and
+//! sets: no untagged enums, no self-describing values, no hash maps.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+/// The latest warehouse snapshot applied for a SKU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stock {
+    pub on_hand: i64,
+    pub as_of_ms: i64,
+}
+
+/// Units placed and cancelled, summed over some set of order lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Units {
+    pub placed: u64,
+    pub cancelled: u64,
+}
+
+impl Units {
+    fn add(&mut self, other: Units) {
+        self.placed = self.placed.saturating_add(other.placed);
+        self.cancelled = self.cancelled.saturating_add(other.cancelled);
+    }
+
+    fn sub(&mut self, other: Units) {
+        self.placed = self.placed.saturating_sub(other.placed);
+        self.cancelled = self.cancelled.saturating_sub(other.cancelled);
+    }
+
+    /// Placed minus cancelled; `i128` holds the difference of any two `u64`.
+    fn net(&self) -> i128 {
+        i128::from(self.placed) - i128::from(self.cancelled)
+    }
+}
+
+/// Lines after the snapshot whose event time fell beyond retention, summed. They keep
+/// counting against the snapshot; their exact times are no longer needed unless a newer
+/// snapshot lands between `first_ms` and `last_ms`, in which case all of them keep counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Folded {
+    pub units: Units,
+    pub first_ms: i64,
+    pub last_ms: i64,
+}
+
+/// A rule at one version: fired keys of a rule change with its version.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RuleRef {
+    pub id: String,
+    pub version: u32,
+}
+
+/// A window rule that has fired for one window.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WindowFired {
+    pub start_ms: i64,
+    pub rule: RuleRef,
+}
+
+/// All state of one SKU.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SkuState {
+    stock: Option<Stock>,
+    /// Lines that count against `stock` (event time after its `as_of`; all lines before the
+    /// first snapshot), summed per exact event-time millisecond.
+    lines: BTreeMap<i64, Units>,
+    folded: Option<Folded>,
+    /// `lines` plus `folded`, kept incrementally so availability is O(1).
+    since: Units,
+    /// Stock rules that have fired for the current snapshot.
+    snapshot_fired: BTreeSet<RuleRef>,
+    /// Units placed per event-time window start.
+    windows: BTreeMap<i64, u64>,
+    window_fired: BTreeSet<WindowFired>,
+}
+
+impl SkuState {
+    /// The latest snapshot applied, if any.
+    pub fn stock(&self) -> Option<Stock> {
+        self.stock
+    }
+
+    /// Units placed and cancelled after the snapshot's `as_of`.
+    pub fn units_since(&self) -> Units {
+        self.since
+    }
+
+    /// `on_hand − (placed − cancelled after as_of)`; `None` before the first snapshot.
+    pub fn available(&self) -> Option<i64> {
+        self.stock.map(|s| clamp_i64(i128::from(s.on_hand) - self.since.net()))
+    }
+
+    /// Units placed in the window starting at `start_ms` (0 when not kept).
+    pub fn window_units(&self, start_ms: i64) -> u64 {
+        self.windows.get(&start_ms).copied().unwrap_or(0)
+    }
+
+    /// Sum of units placed in the windows starting in `[from_ms, to_ms)`.
+    pub(super) fn units_in(&self, from_ms: i64, to_ms: i64) -> u64 {
+        if from_ms >= to_ms {
+            return 0;
+        }
+        self.windows.range(from_ms..to_ms).fold(0u64, |acc, (_, u)| acc.saturating_add(*u))
+    }
+
+    /// Nothing worth keeping: the runtime may delete the SKU's row.
+    pub fn is_empty(&self) -> bool {
+        self.stock.is_none()
+            && self.lines.is_empty()
+            && self.folded.is_none()
+            && self.snapshot_fired.is_empty()
+            && self.windows.is_empty()
+            && self.window_fired.is_empty()
+    }
+
+    /// Moves lines whose event time is beyond retention out of the exact map: into the
+    /// folded sum when a snapshot exists, nowhere before the first snapshot. Settling at a
+    /// later watermark subsumes settling at an earlier one, so when `expire` runs cannot
+    /// change any result. Returns whether anything changed.
+    pub(super) fn settle(&mut self, beyond_retention: impl Fn(i64) -> bool) -> bool {
+        let mut changed = false;
+        while let Some(entry) = self.lines.first_entry() {
+            let t = *entry.key();
+            if !beyond_retention(t) {
+                break;
+            }
+            let units = entry.remove();
+            changed = true;
+            if self.stock.is_none() {
+                self.since.sub(units);
+                continue;
+            }
+            let folded = self.folded.get_or_insert(Folded { units: Units::default(), first_ms: t, last_ms: t });
+            folded.units.add(units);
+            folded.first_ms = folded.first_ms.min(t);
+            folded.last_ms = folded.last_ms.max(t);
+        }
+        changed
+    }
+
+    /// Counts a line against the current snapshot unless the snapshot already reflects it
+    /// (event time ≤ `as_of`). Returns whether it counted.
+    pub(super) fn add_line(&mut self, event_time_ms: i64, units: Units) -> bool {
+        if self.stock.is_some_and(|s| event_time_ms <= s.as_of_ms) {
+            return false;
+        }
+        self.lines.entry(event_time_ms).or_default().add(units);
+        self.since.add(units);
+        true
+    }
+
+    /// Replaces the snapshot unless it is not newer than the current one; drops the lines the
+    /// new snapshot reflects and forgets which stock rules fired. Returns whether it applied.
+    pub(super) fn set_stock(&mut self, stock: Stock) -> bool {
+        if self.stock.is_some_and(|cur| stock.as_of_ms <= cur.as_of_ms) {
+            return false;
+        }
+        self.stock = Some(stock);
+        self.lines.retain(|t, _| *t > stock.as_of_ms);
+        if self.folded.is_some_and(|f| f.last_ms <= stock.as_of_ms) {
+            self.folded = None;
+        }
+        let mut since = self.folded.map(|f| f.units).unwrap_or_default();
+        for units in self.lines.values() {
+            since.add(*units);
+        }
+        self.since = since;
+        self.snapshot_fired.clear();
+        true
+    }
+
+    pub(super) fn add_window_units(&mut self, start_ms: i64, units: u64) {
+        let w = self.windows.entry(start_ms).or_default();
+        *w = w.saturating_add(units);
+    }
+
+    /// Drops windows starting before `keep_from_ms` and fired marks of windows that can no
+    /// longer fire. Returns whether anything changed.
+    pub(super) fn prune_windows(&mut self, keep_from_ms: i64, closed: impl Fn(i64) -> bool) -> bool {
+        let (windows, fired) = (self.windows.len(), self.window_fired.len());
+        self.windows = self.windows.split_off(&keep_from_ms);
+        self.window_fired.retain(|f| !closed(f.start_ms));
+        windows != self.windows.len() || fired != self.window_fired.len()
+    }
+
+    /// Records that `rule` fired for the current snapshot; `false` if it already had.
+    pub(super) fn mark_snapshot_fired(&mut self, rule: RuleRef) -> bool {
+        self.snapshot_fired.insert(rule)
+    }
+
+    /// Records that a window rule fired; `false` if it already had.
+    pub(super) fn mark_window_fired(&mut self, fired: WindowFired) -> bool {
+        self.window_fired.insert(fired)
+    }
+
+    #[cfg(test)]
+    pub(super) fn exact_line_count(&self) -> usize {
+        self.lines.len()
+    }
+
+    #[cfg(test)]
+    pub(super) fn window_count(&self) -> usize {
+        self.windows.len()
+    }
+}
+
+pub(super) fn clamp_i64(v: i128) -> i64 {
+    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
+}
