@@ -1,0 +1,211 @@
+//! The inventory anomaly path end to end: a real broker, real HTTP endpoints on 127.0.0.1,
+//! the `tidemark run` binary as users run it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::Message;
+use tidemark::dispatch::testkit::{Behaviour, Recorded, TestServer};
+
+/// 2026-11-28T10:00:00Z
+const T0: i64 = 1_795_860_000_000;
+
+struct Scenario {
+    topo: Topo,
+    orders: String,
+    _state: tempfile::TempDir,
+}
+
+/// A topology whose rules are `rules` (TOML `[[rules]]` blocks) and whose endpoints are the
+/// given servers.
+fn scenario(rules: &str, action_url: &str, notify_url: &str) -> Scenario {
+    let orders = unique("act");
+    let topo = topology(&orders, &unique("run-act"));
+    let text = std::fs::read_to_string(&topo.path).expect("read");
+    let cut = text.find("# Anomaly rules.").expect("rules section");
+    let text = text[..cut].replace("# action_url = \"https://inventory.internal/actions\"", &format!("action_url = \"{action_url}\""))
+        .replace("# notify_url = \"https://alerts.internal/notify\"", &format!("notify_url = \"{notify_url}\""))
+        .replace("timeout = \"5s\"", "timeout = \"500ms\"")
+        + rules;
+    std::fs::write(&topo.path, text).expect("write");
+    create_topics(&topo);
+    Scenario { topo, orders, _state: tempfile::tempdir().expect("tmp") }
+}
+
+fn v2_line(event_id: &str, order: &str, kind: &str, t_ms: i64, sku: &str, qty: u32) -> String {
+    format!(
+        r#"{{"schema_version":2,"event_id":"{event_id}","order_id":"{order}","type":"{kind}","occurred_at_ms":{t_ms},"store_id":"tokyo-01","channel":"web","items":[{{"sku":"{sku}","quantity":{qty},"price":{{"amount_minor":1000,"currency":"JPY"}}}}]}}"#
+    )
+}
+
+fn produce(topic: &str, key: &str, value: &str) {
+    let p: BaseProducer = settings().client_config().create().expect("producer");
+    p.send(BaseRecord::to(topic).key(key).payload(value)).map_err(|(e, _)| e).expect("send");
+    p.flush(Duration::from_secs(30)).expect("flush");
+    // Distinct broker append times keep the intended logical order across topics.
+    std::thread::sleep(Duration::from_millis(30));
+}
+
+fn snapshot(s: &Scenario, sku: &str, on_hand: i64, as_of: &str) {
+    produce(&format!("{}.inventory", s.orders), sku, &format!(r#"{{"sku":"{sku}","on_hand":{on_hand},"as_of":"{as_of}"}}"#));
+}
+
+fn audit(s: &Scenario) -> Vec<serde_json::Value> {
+    read(&s.topo.dashboard.replace(".dashboard", ".audit"))
+        .iter()
+        .map(|m| serde_json::from_slice(m.payload().unwrap_or_default()).expect("audit JSON"))
+        .collect()
+}
+
+fn by_key(requests: &[Recorded]) -> BTreeMap<String, Vec<Vec<u8>>> {
+    let mut m: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+    for r in requests {
+        m.entry(r.header("idempotency-key").unwrap_or_default().to_string()).or_default().push(r.body.clone());
+    }
+    m
+}
+
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(s: &Scenario) -> Running {
+    Running(spawn_run(&s.topo, s._state.path(), &unique("g"), &[("TIDEMARK_LOG", "info")]))
+}
+
+const STOCK_RULES: &str = r#"
+[[rules]]
+id = "oversell"
+version = 1
+mode = "act"
+
+[[rules]]
+id = "low_stock"
+version = 1
+mode = "act"
+params = { threshold = 10, replenish_to = 100 }
+
+[[rules]]
+id = "velocity_spike"
+version = 1
+mode = "shadow"
+params = { min_units = 50, factor = "3.0", baseline_windows = 15 }
+"#;
+
+#[test]
+fn a_scripted_scenario_fires_exactly_the_expected_actions_and_shadow_rules_never_call() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let actions = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let notify = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let s = scenario(STOCK_RULES, actions.url("/actions").as_str(), notify.url("/notify").as_str());
+    let _run = start(&s);
+
+    snapshot(&s, "SKU-A", 5, "2026-11-28T10:00:00Z");
+    produce(&s.orders, "o1", &v2_line("e1", "o1", "ORDER_PLACED", T0 + 60_000, "SKU-A", 3));
+    produce(&s.orders, "o2", &v2_line("e2", "o2", "ORDER_PLACED", T0 + 61_000, "SKU-A", 4));
+    produce(&s.orders, "o2", &v2_line("e3", "o2", "ORDER_CANCELLED", T0 + 62_000, "SKU-A", 4));
+    produce(&s.orders, "o3", &v2_line("e4", "o3", "ORDER_PLACED", T0 + 120_000, "SKU-B", 60));
+    // The same event again: a duplicate must change nothing.
+    produce(&s.orders, "o2", &v2_line("e2", "o2", "ORDER_PLACED", T0 + 61_000, "SKU-A", 4));
+
+    let got = wait_for(Duration::from_secs(60), "two actions at the action endpoint", || {
+        let r = actions.requests();
+        (r.len() >= 2).then_some(r)
+    });
+    // Give a wrong extra action time to show up before judging.
+    std::thread::sleep(Duration::from_secs(3));
+    let got = if actions.request_count() > got.len() { actions.requests() } else { got };
+    let keys = by_key(&got);
+    let expected: Vec<String> = vec![
+        "low_stock:v1:SKU-A:snapshot:2026-11-28T10:00:00.000Z".into(),
+        "oversell:v1:SKU-A:snapshot:2026-11-28T10:00:00.000Z".into(),
+    ];
+    assert_eq!(keys.keys().cloned().collect::<Vec<_>>(), expected, "exactly these actions");
+    for (key, bodies) in &keys {
+        assert_eq!(bodies.len(), 1, "{key} delivered once");
+        let body: serde_json::Value = serde_json::from_slice(&bodies[0]).expect("json");
+        assert_eq!(body["action_id"], key.as_str());
+        assert_eq!(body["sku"], "SKU-A");
+    }
+    let oversell: serde_json::Value = serde_json::from_slice(&keys[&expected[1]][0]).expect("json");
+    assert_eq!(oversell["action"], "stop_sale");
+    assert_eq!(oversell["evidence"]["available"], -2);
+    let low: serde_json::Value = serde_json::from_slice(&keys[&expected[0]][0]).expect("json");
+    assert_eq!(low["action"], "replenish");
+    assert_eq!(notify.request_count(), 0, "the velocity rule is in shadow mode: it must never call");
+
+    let records = wait_for(Duration::from_secs(30), "audit of the shadow action", || {
+        let a = audit(&s);
+        a.iter().any(|r| r["event"] == "shadow").then_some(a)
+    });
+    let shadow: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "shadow").collect();
+    assert_eq!(shadow.len(), 1);
+    assert_eq!(shadow[0]["key"], "velocity_spike:v1:SKU-B:window:2026-11-28T10:02:00.000Z");
+    for key in &expected {
+        assert!(records.iter().any(|r| r["key"] == key.as_str() && r["event"] == "attempt"), "attempt of {key} audited");
+    }
+}
+
+#[test]
+fn an_endpoint_failing_with_5xx_then_recovering_gets_the_action_once_per_key_with_one_payload() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let actions = rt.block_on(TestServer::start(Behaviour::FailFirst { n: 3, status: 503 })).expect("server");
+    let rules = "\n[[rules]]\nid = \"oversell\"\nversion = 1\nmode = \"act\"\n";
+    let s = scenario(rules, actions.url("/a").as_str(), actions.url("/n").as_str());
+    let _run = start(&s);
+    snapshot(&s, "SKU-C", 1, "2026-11-28T10:00:00Z");
+    produce(&s.orders, "o9", &v2_line("e9", "o9", "ORDER_PLACED", T0 + 60_000, "SKU-C", 2));
+
+    let got = wait_for(Duration::from_secs(60), "a 2xx after three 503s", || {
+        let r = actions.requests();
+        (r.len() >= 4).then_some(r)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(actions.request_count(), 4, "retries stop at the first 2xx");
+    let keys = by_key(&got);
+    assert_eq!(keys.len(), 1);
+    let bodies = keys.values().next().expect("one key");
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "every attempt carries the same payload bytes");
+    let a = wait_for(Duration::from_secs(30), "four audited attempts", || {
+        let a = audit(&s);
+        (a.iter().filter(|r| r["event"] == "attempt").count() >= 4).then_some(a)
+    });
+    assert_eq!(a.iter().filter(|r| r["event"] == "attempt" && r["reason"] == "delivered").count(), 1);
+}
+
+#[test]
+fn a_409_counts_as_done_and_a_422_is_dead_lettered_and_audited_without_retries() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let conflict = rt.block_on(TestServer::start(Behaviour::Status(409))).expect("server");
+    let rejecting = rt.block_on(TestServer::start(Behaviour::Status(422))).expect("server");
+    let rules = "\n[[rules]]\nid = \"oversell\"\nversion = 1\nmode = \"act\"\n\n[[rules]]\nid = \"low_stock\"\nversion = 1\nmode = \"notify\"\nparams = { threshold = 10, replenish_to = 100 }\n";
+    let s = scenario(rules, conflict.url("/a").as_str(), rejecting.url("/n").as_str());
+    let _run = start(&s);
+    snapshot(&s, "SKU-D", 1, "2026-11-28T10:00:00Z");
+    produce(&s.orders, "o7", &v2_line("e7", "o7", "ORDER_PLACED", T0 + 60_000, "SKU-D", 2));
+
+    wait_for(Duration::from_secs(60), "one request at each endpoint", || {
+        (conflict.request_count() >= 1 && rejecting.request_count() >= 1).then_some(())
+    });
+    let dead = wait_for(Duration::from_secs(30), "the rejected action in the action dead-letter topic", || {
+        let d = read(&s.topo.dashboard.replace(".dashboard", ".action-dead-letter"));
+        (!d.is_empty()).then_some(d)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(conflict.request_count(), 1, "409 means done: no retry");
+    assert_eq!(rejecting.request_count(), 1, "422 is permanent: no retry");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].key(), Some("low_stock:v1:SKU-D:snapshot:2026-11-28T10:00:00.000Z".as_bytes()));
+    let a = audit(&s);
+    assert!(a.iter().any(|r| r["status"] == 422 && r["reason"].as_str().is_some_and(|x| x.starts_with("permanent failure"))));
+    assert!(a.iter().any(|r| r["status"] == 409 && r["reason"] == "conflict"));
+}
