@@ -11,7 +11,9 @@
 //!
 //! A crash between the endpoint's 2xx and step 4 leaves the row pending with attempts > 0;
 //! after restart it is sent again with the same key and payload (the one duplicate POST the
-//! guarantees allow) and counted in `tidemark_dispatch_redeliveries_total`.
+//! guarantees allow) and counted in `tidemark_dispatch_redeliveries_total`. The outcome is
+//! written before it is audited, to keep that window short; a crash between the two loses
+//! the audit record of that outcome (the outbox row still holds it).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +27,7 @@ use serde::Serialize;
 use tidemark_state::{codec, PartitionId, Store};
 use tidemark_topology::config::Topology;
 use tokio::sync::mpsc;
-use tracing::{error, info, warn};
+use tracing::{error, warn};
 
 use crate::dispatch::{Delivery, Dispatcher, Endpoints, Outcome, RetryPolicy, Signer, Target};
 use crate::engine::outbox::{OutboxRow, RowState};
@@ -209,18 +211,20 @@ impl Ctx {
             crate::telemetry::events::observe(LATENCY, Segment::DispatchToAck, started.elapsed().as_secs_f64());
             counter!(DISPATCH, "outcome" => outcome.label()).increment(1);
             match outcome {
+                // Record the outcome before anything else: the time between the endpoint's
+                // answer and this write is the only window in which a crash repeats a POST.
                 Outcome::Delivered { status } => {
-                    self.audit(&row, "attempt", Some(status), Some("delivered".into())).await;
                     failpoint::hit("dispatch.after_ack_before_mark");
                     row.state = RowState::Delivered { status };
                     self.finish(id, &row).await;
+                    self.audit(&row, "attempt", Some(status), Some("delivered".into())).await;
                     break;
                 }
                 Outcome::Conflict => {
-                    self.audit(&row, "attempt", Some(409), Some("conflict".into())).await;
                     failpoint::hit("dispatch.after_ack_before_mark");
                     row.state = RowState::Conflict;
                     self.finish(id, &row).await;
+                    self.audit(&row, "attempt", Some(409), Some("conflict".into())).await;
                     break;
                 }
                 Outcome::PermanentFailure { status, body_snippet } => {
@@ -245,7 +249,7 @@ impl Ctx {
     async fn finish(&self, id: PartitionId, row: &OutboxRow) {
         if self.persist(id, row).await {
             record(Segment::EndToEnd, chrono::Utc::now().timestamp_millis() - row.source_append_ms);
-            info!(key = %row.key, state = ?row.state, attempts = row.attempts, "action settled");
+            tracing::debug!(key = %row.key, state = ?row.state, attempts = row.attempts, "action settled");
         }
     }
 

@@ -27,7 +27,8 @@ fn scenario(rules: &str, action_url: &str, notify_url: &str) -> Scenario {
     let topo = topology(&orders, &unique("run-act"));
     let text = std::fs::read_to_string(&topo.path).expect("read");
     let cut = text.find("# Anomaly rules.").expect("rules section");
-    let text = text[..cut].replace("# action_url = \"https://inventory.internal/actions\"", &format!("action_url = \"{action_url}\""))
+    let text = text[..cut]
+        .replace("# action_url = \"https://inventory.internal/actions\"", &format!("action_url = \"{action_url}\""))
         .replace("# notify_url = \"https://alerts.internal/notify\"", &format!("notify_url = \"{notify_url}\""))
         .replace("timeout = \"5s\"", "timeout = \"500ms\"")
         + rules;
@@ -51,7 +52,11 @@ fn produce(topic: &str, key: &str, value: &str) {
 }
 
 fn snapshot(s: &Scenario, sku: &str, on_hand: i64, as_of: &str) {
-    produce(&format!("{}.inventory", s.orders), sku, &format!(r#"{{"sku":"{sku}","on_hand":{on_hand},"as_of":"{as_of}"}}"#));
+    produce(
+        &format!("{}.inventory", s.orders),
+        sku,
+        &format!(r#"{{"sku":"{sku}","on_hand":{on_hand},"as_of":"{as_of}"}}"#),
+    );
 }
 
 fn audit(s: &Scenario) -> Vec<serde_json::Value> {
@@ -151,7 +156,10 @@ fn a_scripted_scenario_fires_exactly_the_expected_actions_and_shadow_rules_never
     assert_eq!(shadow.len(), 1);
     assert_eq!(shadow[0]["key"], "velocity_spike:v1:SKU-B:window:2026-11-28T10:02:00.000Z");
     for key in &expected {
-        assert!(records.iter().any(|r| r["key"] == key.as_str() && r["event"] == "attempt"), "attempt of {key} audited");
+        assert!(
+            records.iter().any(|r| r["key"] == key.as_str() && r["event"] == "attempt"),
+            "attempt of {key} audited"
+        );
     }
 }
 
@@ -206,6 +214,142 @@ fn a_409_counts_as_done_and_a_422_is_dead_lettered_and_audited_without_retries()
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].key(), Some("low_stock:v1:SKU-D:snapshot:2026-11-28T10:00:00.000Z".as_bytes()));
     let a = audit(&s);
-    assert!(a.iter().any(|r| r["status"] == 422 && r["reason"].as_str().is_some_and(|x| x.starts_with("permanent failure"))));
+    assert!(a
+        .iter()
+        .any(|r| r["status"] == 422 && r["reason"].as_str().is_some_and(|x| x.starts_with("permanent failure"))));
     assert!(a.iter().any(|r| r["status"] == 409 && r["reason"] == "conflict"));
+}
+
+const GEN_ACTIONS: &[&str] = &[
+    "--events",
+    "6000",
+    "--rate",
+    "50",
+    "--seed",
+    "21",
+    "--skus",
+    "40",
+    "--inventory-every",
+    "150",
+    "--event-bytes",
+    "256",
+];
+
+const ALL_ACT: &str = r#"
+[[rules]]
+id = "oversell"
+version = 1
+mode = "act"
+
+[[rules]]
+id = "low_stock"
+version = 1
+mode = "act"
+params = { threshold = 25, replenish_to = 100 }
+
+[[rules]]
+id = "velocity_spike"
+version = 1
+mode = "act"
+params = { min_units = 8, factor = "2.0", baseline_windows = 15 }
+"#;
+
+/// Waits until the server has seen requests and none arrived for `quiet`.
+fn settled(server: &TestServer, quiet: Duration) -> Vec<Recorded> {
+    let mut last = (usize::MAX, std::time::Instant::now());
+    wait_for(Duration::from_secs(120), "the action stream to settle", || {
+        let n = server.request_count();
+        if n != last.0 {
+            last = (n, std::time::Instant::now());
+        }
+        (n > 0 && last.1.elapsed() >= quiet).then(|| server.requests())
+    })
+}
+
+/// A second topology over the same input topics, with its own outputs and endpoint.
+fn sibling(first: &Scenario, rules: &str, action_url: &str, edit: impl Fn(String) -> String) -> Scenario {
+    let topo = topology(&first.orders, &unique("run-act"));
+    let text = std::fs::read_to_string(&topo.path).expect("read");
+    let cut = text.find("# Anomaly rules.").expect("rules section");
+    let text = text[..cut]
+        .replace("# action_url = \"https://inventory.internal/actions\"", &format!("action_url = \"{action_url}\""))
+        + rules;
+    std::fs::write(&topo.path, edit(text)).expect("write");
+    create_topics(&topo);
+    Scenario { topo, orders: first.orders.clone(), _state: tempfile::tempdir().expect("tmp") }
+}
+
+#[test]
+fn actions_do_not_depend_on_pacing_batch_sizes_or_how_partitions_are_split_between_processes() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let a_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let b_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let a = scenario(ALL_ACT, a_server.url("/a").as_str(), a_server.url("/n").as_str());
+    generate(&a.orders, GEN_ACTIONS);
+    let b = sibling(&a, ALL_ACT, b_server.url("/a").as_str(), |t| {
+        t.replace("commit_interval = \"100ms\"", "commit_interval = \"20ms\"")
+            .replace("max_batch_records = 2000", "max_batch_records = 7")
+    });
+    let _one = start(&a);
+    let group = unique("g");
+    let member = |n: &str| {
+        Running(
+            member_command(&b.topo, &b._state.path().join(n), &group, &format!("{group}-{n}")).spawn().expect("spawn"),
+        )
+    };
+    let (_two, _three) = (member("1"), member("2"));
+    let x = by_key(&settled(&a_server, Duration::from_secs(6)));
+    let y = by_key(&settled(&b_server, Duration::from_secs(6)));
+    assert!(x.len() >= 3, "the history must fire several actions, got {}", x.len());
+    assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>(), "the same action keys");
+    for (k, bodies) in &x {
+        assert_eq!(bodies[0], y[k][0], "payload of {k}");
+    }
+}
+
+#[test]
+fn a_kill_between_a_2xx_and_the_outbox_update_and_the_whole_log_replayed_create_no_new_keys_and_no_second_payload() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let clean_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let faulty_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let clean = scenario(ALL_ACT, clean_server.url("/a").as_str(), clean_server.url("/n").as_str());
+    generate(&clean.orders, GEN_ACTIONS);
+    let faulty = sibling(&clean, ALL_ACT, faulty_server.url("/a").as_str(), |t| t);
+    let reference = by_key(&{
+        let _run = start(&clean);
+        settled(&clean_server, Duration::from_secs(6))
+    });
+
+    let group = unique("g");
+    let dir = faulty._state.path().to_path_buf();
+    let mut crashed =
+        spawn_run(&faulty.topo, &dir, &group, &[("TIDEMARK_FAILPOINTS", "dispatch.after_ack_before_mark=3")]);
+    let status =
+        wait_for(Duration::from_secs(60), "the failpoint to abort the process", || crashed.try_wait().ok().flatten());
+    assert!(!status.success());
+    let crashed_at = std::time::Instant::now();
+    let _restarted = Running(spawn_run(&faulty.topo, &dir, &group, &[]));
+    settled(&faulty_server, Duration::from_secs(6));
+    // The whole log, appended a second time.
+    copy_log(&clean.orders, &clean.orders, 1);
+    copy_log(&format!("{}.inventory", clean.orders), &format!("{}.inventory", clean.orders), 1);
+    std::thread::sleep(Duration::from_secs(8));
+    let requests = faulty_server.requests();
+    let got = by_key(&requests);
+
+    assert_eq!(got.keys().collect::<Vec<_>>(), reference.keys().collect::<Vec<_>>(), "no new keys, none missing");
+    for (k, bodies) in &got {
+        assert!(bodies.iter().all(|b| *b == reference[k][0]), "{k} was sent with a payload the clean run did not send");
+    }
+    // A repeat is allowed only for an action whose POST was under way when the process died
+    // (sent, answered or not, but not yet recorded): at most one repeat, and the first POST
+    // must predate the crash.
+    let mut repeats = 0;
+    for (k, n) in got.iter().map(|(k, b)| (k, b.len())).filter(|(_, n)| *n > 1) {
+        assert_eq!(n, 2, "{k} was POSTed {n} times");
+        let first = requests.iter().find(|r| r.header("idempotency-key") == Some(k.as_str())).expect("first");
+        assert!(first.arrived <= crashed_at, "{k} repeated although its first POST came after the crash");
+        repeats += 1;
+    }
+    eprintln!("{} keys, {repeats} repeated across the crash", got.len());
 }

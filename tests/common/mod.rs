@@ -90,7 +90,8 @@ pub fn generate(orders: &str, args: &[&str]) -> serde_json::Value {
     let out = run_ok(
         Command::new(BIN)
             .args(["gen", "--bootstrap", &bootstrap(), "--orders-topic", orders])
-            .args(["--inventory-topic", &format!("{orders}.inventory"), "--inventory-every", "0"])
+            .args(["--inventory-topic", &format!("{orders}.inventory")])
+            .args(if args.contains(&"--inventory-every") { &[][..] } else { &["--inventory-every", "0"][..] })
             .args(args),
     );
     let line = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
@@ -98,8 +99,13 @@ pub fn generate(orders: &str, args: &[&str]) -> serde_json::Value {
 }
 
 pub fn run_command(t: &Topo, state: &Path, group: &str) -> Command {
+    member_command(t, state, group, group)
+}
+
+/// One of several processes of a consumer group, with its own static member id.
+pub fn member_command(t: &Topo, state: &Path, group: &str, member: &str) -> Command {
     let mut c = Command::new(BIN);
-    c.args(["run", "--bootstrap", &bootstrap(), "--group", group, "--instance-id", group, "--topology"])
+    c.args(["run", "--bootstrap", &bootstrap(), "--group", group, "--instance-id", member, "--topology"])
         .arg(&t.path)
         .arg("--state-dir")
         .arg(state)
