@@ -54,6 +54,9 @@ pub struct Recorded {
     pub body: Vec<u8>,
     /// When the whole request had been read.
     pub arrived: Instant,
+    /// The status the server answered in time for the client to see it; `None` for resets,
+    /// hang-ups and answers delayed past the client's timeout (`Slow`).
+    pub answered: Option<u16>,
 }
 
 impl Recorded {
@@ -213,6 +216,11 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     while let Ok(Some(request)) = read_request(&mut stream).await {
         let in_flight = InFlight::enter(&shared);
         let action = lock(&shared.script).next();
+        let mut request = request;
+        request.answered = match action {
+            Action::Respond(status) => Some(status),
+            _ => None,
+        };
         lock(&shared.requests).push(request);
         let status = match action {
             Action::Respond(status) => status,
@@ -267,7 +275,7 @@ async fn read_request<R: AsyncBufRead + Unpin>(reader: &mut R) -> io::Result<Opt
     };
     let mut body = vec![0; length];
     reader.read_exact(&mut body).await?;
-    Ok(Some(Recorded { method, path, headers, body, arrived: Instant::now() }))
+    Ok(Some(Recorded { method, path, headers, body, arrived: Instant::now(), answered: None }))
 }
 
 async fn write_response(stream: &mut TcpStream, status: u16) -> io::Result<()> {

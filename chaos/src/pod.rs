@@ -1,0 +1,163 @@
+//! One `tidemark run` process standing in for a StatefulSet pod.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+pub struct Pod {
+    pub name: String,
+    bin: PathBuf,
+    topology: PathBuf,
+    pub state_dir: PathBuf,
+    bootstrap: String,
+    group: String,
+    pub port: u16,
+    log: PathBuf,
+    child: Option<Child>,
+    /// Restarts so far (each start after the first).
+    pub restarts: u32,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl Pod {
+    pub fn new(
+        name: &str,
+        bin: &Path,
+        topology: &Path,
+        dir: &Path,
+        bootstrap: &str,
+        group: &str,
+    ) -> anyhow::Result<Self> {
+        Ok(Pod {
+            name: name.to_string(),
+            bin: bin.to_path_buf(),
+            topology: topology.to_path_buf(),
+            state_dir: dir.join(format!("{name}-state")),
+            bootstrap: bootstrap.to_string(),
+            group: group.to_string(),
+            port: free_port()?,
+            log: dir.join(format!("{name}.log")),
+            child: None,
+            restarts: 0,
+        })
+    }
+
+    /// Starts the process; `failpoints` arms `TIDEMARK_FAILPOINTS`.
+    pub fn start(&mut self, failpoints: Option<&str>) -> anyhow::Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["run", "--bootstrap", &self.bootstrap, "--group", &self.group, "--instance-id", &self.name])
+            .arg("--topology")
+            .arg(&self.topology)
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .args(["--http-addr", &format!("127.0.0.1:{}", self.port), "--backlog-probe-every", "1"])
+            .env("TIDEMARK_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        match failpoints {
+            Some(f) => cmd.env("TIDEMARK_FAILPOINTS", f),
+            None => cmd.env_remove("TIDEMARK_FAILPOINTS"),
+        };
+        if self.child.is_none() && self.log_len() > 0 {
+            self.restarts += 1;
+        }
+        self.child = Some(cmd.spawn().with_context(|| format!("starting pod {}", self.name))?);
+        Ok(())
+    }
+
+    fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Collects the exit status if the process ended (e.g. at a failpoint).
+    pub fn reap(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
+        self.child = None;
+        Some(status)
+    }
+
+    pub fn sigkill(&mut self) -> anyhow::Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM and wait for the graceful exit; returns whether it was clean and in time.
+    pub fn sigterm(&mut self, grace: Duration) -> anyhow::Result<bool> {
+        let Some(mut c) = self.child.take() else { return Ok(true) };
+        Command::new("kill").args(["-TERM", &c.id().to_string()]).status()?;
+        let started = Instant::now();
+        while started.elapsed() < grace {
+            if let Some(status) = c.try_wait()? {
+                return Ok(status.success());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c.kill()?;
+        c.wait()?;
+        Ok(false)
+    }
+
+    pub fn wipe_state(&self) -> anyhow::Result<()> {
+        if self.state_dir.exists() {
+            std::fs::remove_dir_all(&self.state_dir)?;
+        }
+        Ok(())
+    }
+
+    /// The pod's `/metrics` page, if it answers.
+    pub fn metrics(&self) -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = self.sigkill();
+    }
+}
+
+/// Sum of a metric family's values on a Prometheus page.
+pub fn metric_sum(page: &str, name: &str) -> Option<f64> {
+    let mut found = false;
+    let mut sum = 0.0;
+    for line in page.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let metric = series.split('{').next().unwrap_or(series);
+        if metric == name {
+            found = true;
+            sum += value.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    found.then_some(sum)
+}
