@@ -21,5 +21,9 @@ export TIDEMARK_TEST_BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 echo "[test] cargo test (broker $TIDEMARK_TEST_BOOTSTRAP)" >&2
 cargo test --release --workspace -- --test-threads=2
 
+echo "[test] chaos: short profile (own broker on port ${CHAOS_KAFKA_PORT:-19492}; report in chaos/results/)" >&2
+"$CARGO_TARGET_DIR/release/tidemark-chaos" --profile short --port "${CHAOS_KAFKA_PORT:-19492}" \
+  --report chaos/results/report-short.json
+
 echo "[test] helm chart: lint, render, schema-validate, alert rules, dashboard" >&2
 TIDEMARK_BIN="$CARGO_TARGET_DIR/release/tidemark" bash helm/test.sh

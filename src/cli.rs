@@ -33,6 +33,9 @@ pub enum Command {
     /// Read results back from the output topics.
     #[command(subcommand)]
     Query(QueryCommand),
+    /// The finance close: reproducible batch runs over frozen offset ranges (docs/finance.md).
+    #[command(subcommand)]
+    Batch(BatchCommand),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -75,6 +78,17 @@ pub struct RunArgs {
     /// Print a status line every N seconds (0 = off).
     #[arg(long, default_value_t = 0)]
     pub status_every: u64,
+    /// Static partition ownership for a StatefulSet of this many replicas: the pod with
+    /// ordinal k (the number ending `--instance-id`, or `--ordinal`) owns partition p of every
+    /// input topic iff p % replicas == k. Partitions never move between pods, so state never
+    /// has to be rebuilt elsewhere; a pod's partitions wait while it restarts. Without it,
+    /// partitions are balanced by the consumer group (and a moved partition is rebuilt from
+    /// the log by its new owner).
+    #[arg(long, env = "TIDEMARK_REPLICAS")]
+    pub replicas: Option<i32>,
+    /// This pod's ordinal for `--replicas` (default: parsed from the end of --instance-id).
+    #[arg(long, env = "TIDEMARK_ORDINAL")]
+    pub ordinal: Option<i32>,
     /// Serve `/metrics`, `/healthz`, `/readyz`, `POST /pause`, `POST /resume` here,
     /// e.g. `0.0.0.0:9090`. Off when not given.
     #[arg(long, env = "TIDEMARK_HTTP_ADDR")]
@@ -196,4 +210,85 @@ pub struct QueryDashboardArgs {
     /// Print per-partition partials instead of combined totals.
     #[arg(long)]
     pub partials: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BatchCommand {
+    /// Close a business day: read a frozen offset range of the orders log, compute the
+    /// finance rows, stage and validate them, then publish one manifest record.
+    Close(BatchCloseArgs),
+    /// Adjust a closed day with the events appended after its close (or last adjustment).
+    Adjust(BatchAdjustArgs),
+    /// Print the published close of a day, its adjustments and the adjusted totals.
+    Show(BatchShowArgs),
+    /// Shadow replay: compare the stream's dashboard with the published close of a day, key
+    /// by key, and give every difference its reason; fails on an unexplained one.
+    Shadow(BatchShadowArgs),
+}
+
+/// The day and the topology every batch command works on.
+#[derive(Args, Debug, Clone)]
+pub struct BatchDayArgs {
+    /// The topology file: topics, finance time zone, dedup retention.
+    #[arg(long, env = "TIDEMARK_TOPOLOGY")]
+    pub topology: PathBuf,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// The business day, `YYYY-MM-DD` in the topology's `finance.time_zone`.
+    #[arg(long)]
+    pub business_day: String,
+}
+
+#[derive(Args, Debug)]
+pub struct BatchCloseArgs {
+    #[command(flatten)]
+    pub day: BatchDayArgs,
+    /// Take records appended before this instant (RFC 3339). Default: end of the business
+    /// day plus `--grace`.
+    #[arg(long, conflicts_with = "to")]
+    pub cutoff: Option<String>,
+    /// Explicit end offsets (exclusive) of every partition, `p:offset,p:offset,...`.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Explicit start offsets of every partition, `p:offset,...`. Default: the first record
+    /// appended at or after the day's start minus 1 h (the future-skew limit) minus 1 h.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// How long after the end of the day the default cutoff lies: covers the late tail.
+    #[arg(long, default_value = "7h")]
+    pub grace: String,
+    /// Publish a close without rows (a day without sales) instead of failing validation.
+    #[arg(long)]
+    pub allow_empty: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BatchAdjustArgs {
+    #[command(flatten)]
+    pub day: BatchDayArgs,
+    /// Take records appended before this instant (RFC 3339). Default: now.
+    #[arg(long, conflicts_with = "to")]
+    pub cutoff: Option<String>,
+    /// Explicit end offsets (exclusive) of every partition, `p:offset,p:offset,...`.
+    #[arg(long)]
+    pub to: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct BatchShowArgs {
+    #[command(flatten)]
+    pub day: BatchDayArgs,
+    /// `table` (human), `json` (one document: close, adjustments, adjusted totals) or `rows`
+    /// (the close's row values as published, one per line: their SHA-256 is the checksum).
+    #[arg(long, default_value = "table")]
+    pub format: String,
+}
+
+#[derive(Args, Debug)]
+pub struct BatchShadowArgs {
+    #[command(flatten)]
+    pub day: BatchDayArgs,
+    /// `table` (human) or `json` (one document).
+    #[arg(long, default_value = "table")]
+    pub format: String,
 }

@@ -6,7 +6,8 @@
 //! costs one relaxed atomic load.
 //!
 //! Points: `commit.before_outputs_flushed`, `commit.after_outputs_before_state`,
-//! `commit.after_state_before_group`, `restore.mid`, `dispatch.after_ack_before_mark`.
+//! `commit.after_state_before_group`, `restore.mid`, `dispatch.after_ack_before_mark`,
+//! `batch.mid_close` and `batch.mid_adjust` (rows staged and validated, manifest not written).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

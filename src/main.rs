@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tidemark::cli::{Cli, Command, QueryCommand};
+use tidemark::cli::{BatchCommand, Cli, Command, QueryCommand};
 use tidemark::cmd;
 use tidemark_topology::config;
 
@@ -51,6 +51,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let settings = cmd::run::settings(&args.kafka)?;
             cmd::query::dashboard(args, &settings)?
         }
+        Command::Batch(BatchCommand::Close(args)) => cmd::batch::close(args)?,
+        Command::Batch(BatchCommand::Adjust(args)) => cmd::batch::adjust(args)?,
+        Command::Batch(BatchCommand::Show(args)) => cmd::batch::show(args)?,
+        Command::Batch(BatchCommand::Shadow(args)) => cmd::batch::shadow(args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -175,3 +175,30 @@ fn two_runs_over_the_same_log_give_byte_identical_output_records() {
     let dl_b: Vec<_> = read(&second.dead_letter).iter().map(|m| m.payload().unwrap_or_default().to_vec()).collect();
     assert_eq!(dl_a, dl_b, "dead letters differ");
 }
+
+#[test]
+fn two_pods_with_static_ownership_split_the_partitions_by_ordinal_and_give_the_single_pod_outputs() {
+    let orders = unique("static");
+    let single = topology(&orders, &unique("run-single"));
+    let pair = topology(&orders, &unique("run-pair"));
+    create_topics(&single);
+    create_topics(&pair);
+    generate(&orders, GEN);
+    let state = tempfile::tempdir().expect("tmp");
+    run_to_end(&single, &state.path().join("single"), &unique("g"));
+
+    let group = unique("g");
+    let pods: Vec<std::process::Child> = (0..2)
+        .map(|k| {
+            member_command(&pair, &state.path().join(format!("pod-{k}")), &group, &format!("{group}-{k}"))
+                .args(["--replicas", "2", "--exit-at-end"])
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for mut pod in pods {
+        let out = pod.wait().expect("wait");
+        assert!(out.success(), "pod exited with {out}");
+    }
+    assert_eq!(compacted(&pair.dashboard), compacted(&single.dashboard), "two pods must end where one pod ends");
+}

@@ -19,6 +19,8 @@ pub struct Pod {
     child: Option<Child>,
     /// Restarts so far (each start after the first).
     pub restarts: u32,
+    /// `--replicas` (static partition ownership by ordinal), as the Helm chart runs it.
+    pub replicas: usize,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -45,6 +47,7 @@ impl Pod {
             log: dir.join(format!("{name}.log")),
             child: None,
             restarts: 0,
+            replicas: 1,
         })
     }
 
@@ -61,6 +64,7 @@ impl Pod {
             .arg("--state-dir")
             .arg(&self.state_dir)
             .args(["--http-addr", &format!("127.0.0.1:{}", self.port), "--backlog-probe-every", "1"])
+            .args(["--replicas", &self.replicas.to_string()])
             .env("TIDEMARK_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log);

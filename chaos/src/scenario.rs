@@ -156,7 +156,13 @@ fn actions_of(server: &TestServer) -> BTreeMap<String, Vec<checker::Post>> {
 
 fn pods(env: &Env, n: usize, topology: &Path, group: &str) -> anyhow::Result<Vec<Pod>> {
     let b = env.broker.bootstrap();
-    (0..n).map(|i| Pod::new(&format!("{group}-{i}"), &env.bin, topology, &env.dir, &b, group)).collect()
+    (0..n)
+        .map(|i| {
+            let mut pod = Pod::new(&format!("{group}-{i}"), &env.bin, topology, &env.dir, &b, group)?;
+            pod.replicas = n;
+            Ok(pod)
+        })
+        .collect()
 }
 
 pub fn run(env: &Env, sc: &Scenario, seed: u64) -> ScenarioReport {

@@ -33,6 +33,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         &topology.audit,
         &topology.action_dead_letter,
         &topology.sku_repartition,
+        &topology.finance_close,
+        &topology.finance_manifest,
     ] {
         mock.create_topic(&spec.topic, spec.partitions, 1).with_context(|| format!("creating {}", spec.topic))?;
     }
@@ -98,6 +100,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         rows: None,
         store: None,
         sku_owned: Default::default(),
+        static_assignment: None,
     });
     stop.store(true, Ordering::Relaxed);
     let _ = printer.join();

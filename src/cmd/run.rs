@@ -44,6 +44,27 @@ pub fn install_signal_handler(rt: &tokio::runtime::Runtime, stop: Arc<AtomicBool
 pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let topology = config::load(&args.topology)?;
     let settings = settings(&args.kafka)?;
+    let static_assignment = match args.replicas {
+        None => None,
+        Some(replicas) => {
+            let ordinal = match args.ordinal {
+                Some(o) => o,
+                None => args
+                    .instance_id
+                    .as_deref()
+                    .and_then(|id| id.rsplit('-').next())
+                    .and_then(|n| n.parse().ok())
+                    .context(
+                    "--replicas needs --ordinal, or an --instance-id ending in -<ordinal> (a StatefulSet pod name)",
+                )?,
+            };
+            anyhow::ensure!(
+                replicas > 0 && (0..replicas).contains(&ordinal),
+                "--ordinal {ordinal} is not in 0..{replicas}"
+            );
+            Some((ordinal, replicas))
+        }
+    };
     if args.create_topics {
         let created = rt.block_on(admin::ensure_topics(&settings, &topology, args.replication))?;
         if !created.is_empty() {
@@ -84,6 +105,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         rows: None,
         store: None,
         sku_owned: Default::default(),
+        static_assignment,
     };
     let store = stream::open_store(&opts)?;
     let actions = actions::spawn(

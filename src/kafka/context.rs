@@ -39,7 +39,7 @@ pub struct TaskContext {
 }
 
 impl TaskContext {
-    fn ids(&self, tpl: &TopicPartitionList) -> Vec<PartitionId> {
+    pub fn ids(&self, tpl: &TopicPartitionList) -> Vec<PartitionId> {
         tpl.elements()
             .iter()
             .filter_map(|e| {
@@ -49,7 +49,7 @@ impl TaskContext {
             .collect()
     }
 
-    fn push(&self, event: AssignmentEvent) {
+    pub fn push(&self, event: AssignmentEvent) {
         if let Ok(mut q) = self.events.lock() {
             q.push(event);
         }
@@ -69,7 +69,7 @@ impl TaskContext {
         self.events.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default()
     }
 
-    fn position_at_checkpoints(&self, tpl: &mut TopicPartitionList) {
+    pub fn position_at_checkpoints(&self, tpl: &mut TopicPartitionList) {
         let elements: Vec<(String, i32)> =
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
         for (topic, partition) in elements {

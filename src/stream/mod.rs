@@ -59,6 +59,9 @@ pub struct StreamOptions {
     pub store: Option<Arc<Store>>,
     /// SKU partitions owned, for the dispatcher's outbox scans.
     pub sku_owned: crate::actions::Owned,
+    /// `Some((ordinal, replicas))`: own partition p of every input topic iff
+    /// p % replicas == ordinal, with no group rebalancing (see `tidemark run --replicas`).
+    pub static_assignment: Option<(i32, i32)>,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -144,7 +147,22 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     let consumer: Consumer_ = cfg.create_with_context(context).context("creating consumer")?;
     let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
     let counts = partition_counts(&consumer, &topics)?;
-    consumer.subscribe(&topics).context("subscribing")?;
+    match opts.static_assignment {
+        None => consumer.subscribe(&topics).context("subscribing")?,
+        Some((ordinal, replicas)) => {
+            let mut tpl = TopicPartitionList::new();
+            for (topic, count) in topics.iter().zip(&counts) {
+                for p in (0..*count).filter(|p| p % replicas == ordinal) {
+                    tpl.add_partition(topic, p);
+                }
+            }
+            consumer.context().position_at_checkpoints(&mut tpl);
+            let ids = consumer.context().ids(&tpl);
+            info!(ordinal, replicas, partitions = ?ids, "static assignment");
+            consumer.assign(&tpl).context("assigning partitions")?;
+            consumer.context().push(AssignmentEvent::Assigned(ids));
+        }
+    }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
     let sink = OutputSink::new(&opts.settings, t)?;
     let sku_partitions = counts[2];

@@ -40,6 +40,8 @@ pub struct Topo {
     pub dashboard: String,
     pub dead_letter: String,
     pub late: String,
+    pub finance_close: String,
+    pub finance_manifest: String,
     _dir: tempfile::TempDir,
 }
 
@@ -54,6 +56,8 @@ pub fn topology(orders: &str, run: &str) -> Topo {
         .replace("tidemark.audit", &format!("{run}.audit"))
         .replace("tidemark.action-dead-letter", &format!("{run}.action-dead-letter"))
         .replace("tidemark.sku-repartition", &format!("{run}.sku-repartition"))
+        .replace("tidemark.finance-close", &format!("{run}.finance-close"))
+        .replace("tidemark.finance-manifest", &format!("{run}.finance-manifest"))
         .replace("commit_interval = \"200ms\"", "commit_interval = \"100ms\"")
         .replace("max_batch_records = 20000", "max_batch_records = 2000");
     let path = dir.path().join("topology.toml");
@@ -64,6 +68,8 @@ pub fn topology(orders: &str, run: &str) -> Topo {
         dashboard: format!("{run}.dashboard"),
         dead_letter: format!("{run}.dead-letter"),
         late: format!("{run}.late"),
+        finance_close: format!("{run}.finance-close"),
+        finance_manifest: format!("{run}.finance-manifest"),
         _dir: dir,
     }
 }

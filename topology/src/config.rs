@@ -28,6 +28,10 @@ pub struct Topology {
     pub action_dead_letter: TopicSpec,
     /// Internal topic that re-keys order lines and stock snapshots by SKU.
     pub sku_repartition: TopicSpec,
+    /// Rows of finance closes and adjustments, staged under their run id (compacted).
+    pub finance_close: TopicSpec,
+    /// One record per published close or adjustment: what readers look up first (compacted).
+    pub finance_manifest: TopicSpec,
     /// How far the broker's clock may run behind ours: bounds an idle upstream's promise
     /// about future append times, and so the extra latency of the SKU merge.
     pub idle_skew_ms: i64,
@@ -177,6 +181,8 @@ struct RawSinks {
     late: RawTopic,
     audit: RawTopic,
     action_dead_letter: RawTopic,
+    finance_close: RawTopic,
+    finance_manifest: RawTopic,
 }
 
 #[derive(Deserialize)]
@@ -436,6 +442,8 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
     let late = c.topic("sinks.late", raw.sinks.late);
     let audit = c.topic("sinks.audit", raw.sinks.audit);
     let action_dead_letter = c.topic("sinks.action_dead_letter", raw.sinks.action_dead_letter);
+    let finance_close = c.topic("sinks.finance_close", raw.sinks.finance_close);
+    let finance_manifest = c.topic("sinks.finance_manifest", raw.sinks.finance_manifest);
     let sku_repartition = c.topic("internal.sku_repartition", raw.internal.sku_repartition);
     let idle_skew_ms = c.duration_ms("internal.idle_skew", &raw.internal.idle_skew).unwrap_or(2_000);
     let endpoint_timeout = c.positive_ms("endpoints.timeout", &raw.endpoints.timeout).unwrap_or(5_000);
@@ -461,6 +469,8 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         ("sinks.late", &late),
         ("sinks.audit", &audit),
         ("sinks.action_dead_letter", &action_dead_letter),
+        ("sinks.finance_close", &finance_close),
+        ("sinks.finance_manifest", &finance_manifest),
         ("internal.sku_repartition", &sku_repartition),
     ] {
         if let Some(first) = seen.insert(t.topic.clone(), path) {
@@ -469,6 +479,14 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
     }
     if !dashboard.compacted {
         c.error("sinks.dashboard.compacted", "the dashboard topic holds upserts and must be compacted");
+    }
+    for (path, spec, what) in [
+        ("sinks.finance_close.compacted", &finance_close, "finance rows are keyed by run id"),
+        ("sinks.finance_manifest.compacted", &finance_manifest, "readers take the latest manifest per key"),
+    ] {
+        if !spec.compacted {
+            c.error(path, format!("{what}: the topic must be compacted"));
+        }
     }
 
     let dedup_retention = c.duration_ms("state.dedup_retention", &raw.state.dedup_retention);
@@ -542,6 +560,8 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         audit,
         action_dead_letter,
         sku_repartition,
+        finance_close,
+        finance_manifest,
         idle_skew_ms,
         endpoints: Endpoints {
             action_url: raw.endpoints.action_url,
@@ -603,6 +623,19 @@ mod tests {
         let with_url = text
             .replace("# action_url = \"https://inventory.internal/actions\"", "action_url = \"http://127.0.0.1:1/a\"");
         assert!(parse(&with_url, "t.toml").is_ok());
+    }
+
+    #[test]
+    fn finance_topics_must_be_compacted_and_distinct() {
+        let text = EXAMPLE
+            .replace(
+                "finance_close = { topic = \"tidemark.finance-close\", partitions = 4, compacted = true }",
+                "finance_close = { topic = \"tidemark.finance-close\", partitions = 4, compacted = false }",
+            )
+            .replace("topic = \"tidemark.finance-manifest\"", "topic = \"tidemark.finance-close\"");
+        let err = parse(&text, "t.toml").expect_err("must fail");
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, vec!["sinks.finance_manifest.topic", "sinks.finance_close.compacted"], "{err}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`logical`]: logical time (append time, topic, partition, offset) of a source record.
 //! - [`config`]: the topology file (TOML): load, validate, report every error with its place.
 //! - [`dashboard`]: per-window, per-store dashboard aggregates and their output records.
+//! - [`finance`]: business days, finance rows, the day-close fold and its validation.
 //! - [`window`]: event-time window arithmetic and the per-partition watermark.
 //! - [`sku`]: the per-SKU inventory and velocity rules that turn lines and snapshots into action intents.
 //! - [`gen`]: the deterministic, seeded order-event generator used by demo, tests and benches.
@@ -16,6 +17,7 @@ pub mod config;
 pub mod currency;
 pub mod dashboard;
 pub mod event;
+pub mod finance;
 pub mod gen;
 pub mod logical;
 pub mod normalize;

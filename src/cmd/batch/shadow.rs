@@ -1,0 +1,302 @@
+//! `tidemark batch shadow`: the stream's dashboard against the published finance close of a
+//! day, key by key (store and currency), field by field, every difference with its reason.
+//!
+//! The stream's figures of a day are the sum of its dashboard partials over the windows
+//! inside the day; `events` is the sum of their versions (one per applied event). They may
+//! differ from the batch's for two known reasons, both measured from the log:
+//! - `late_output`: events the stream sent to the late topic (beyond window retention),
+//!   which the batch counts;
+//! - `after_close`: events appended after the close's (or last adjustment's) range, which the
+//!   stream may already have applied (`tidemark batch adjust` would add them).
+//!
+//! A difference is explained when `stream = batch + after_close − late_output` for that
+//! field; anything else is `unexplained` and fails the command.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+
+use anyhow::Context as _;
+use rdkafka::message::Headers;
+use rdkafka::Message;
+use rust_decimal::Decimal;
+use serde::Serialize;
+use tidemark_topology::finance::{business_day, day_bounds_ms, FinanceAgg, FinanceKey, FinanceRow};
+use tidemark_topology::normalize::normalize_order;
+
+use super::manifest;
+use super::range::{Input, Log};
+use super::show::{adjusted, load};
+use super::{fold_after, store, Ctx};
+use crate::cli::BatchShadowArgs;
+use crate::cmd::query::latest_partials;
+use crate::engine::output::headers;
+use crate::kafka::reader::read_topic;
+
+/// `(store, currency)`.
+type Key = (String, String);
+
+/// The compared figures of one key; integers as decimals so every field compares alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Figures([Decimal; 6]);
+
+const FIELDS: [&str; 6] = ["orders", "events", "gross", "cancelled", "refunded", "net"];
+
+impl Figures {
+    fn of(orders: u64, events: u64, gross: Decimal, cancelled: Decimal, refunded: Decimal, net: Decimal) -> Figures {
+        Figures([Decimal::from(orders), Decimal::from(events), gross, cancelled, refunded, net])
+    }
+
+    fn of_row(r: &FinanceRow) -> Figures {
+        Figures::of(r.orders, r.events, r.gross, r.cancelled, r.refunded, r.net)
+    }
+
+    fn add(&mut self, other: &Figures) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+}
+
+fn by_key<'a>(rows: impl IntoIterator<Item = &'a FinanceRow>) -> BTreeMap<Key, Figures> {
+    let mut out: BTreeMap<Key, Figures> = BTreeMap::new();
+    for r in rows {
+        out.entry((r.store.clone(), r.currency.clone())).or_default().add(&Figures::of_row(r));
+    }
+    out
+}
+
+/// One field of one key that differs between batch and stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(super) struct Mismatch {
+    store: String,
+    currency: String,
+    field: &'static str,
+    batch: Decimal,
+    stream: Decimal,
+    /// `late_output`, `after_close` (with their amounts), or `unexplained`.
+    reasons: Vec<String>,
+    explained: bool,
+}
+
+/// Compares every field of every key; pure, so the reasoning is tested without a broker.
+fn compare(
+    batch: &BTreeMap<Key, Figures>,
+    stream: &BTreeMap<Key, Figures>,
+    after_close: &BTreeMap<Key, Figures>,
+    late: &BTreeMap<Key, Figures>,
+) -> Vec<Mismatch> {
+    let zero = Figures::default();
+    let keys: BTreeSet<&Key> = batch.keys().chain(stream.keys()).chain(after_close.keys()).chain(late.keys()).collect();
+    let mut out = Vec::new();
+    for key in keys {
+        let get = |m: &BTreeMap<Key, Figures>| m.get(key).cloned().unwrap_or_else(|| zero.clone());
+        let (b, s, a, l) = (get(batch), get(stream), get(after_close), get(late));
+        for (i, field) in FIELDS.iter().enumerate() {
+            if b.0[i] == s.0[i] {
+                continue;
+            }
+            let explained = s.0[i] == b.0[i] + a.0[i] - l.0[i];
+            let mut reasons = Vec::new();
+            if explained {
+                if !a.0[i].is_zero() {
+                    reasons.push(format!("after_close: +{} appended after the close's range", a.0[i]));
+                }
+                if !l.0[i].is_zero() {
+                    reasons.push(format!("late_output: −{} beyond the stream's window retention", l.0[i]));
+                }
+            } else {
+                reasons.push(format!(
+                    "unexplained: stream − batch = {}, after_close {}, late_output {}",
+                    s.0[i] - b.0[i],
+                    a.0[i],
+                    l.0[i]
+                ));
+            }
+            out.push(Mismatch {
+                store: key.0.clone(),
+                currency: key.1.clone(),
+                field,
+                batch: b.0[i],
+                stream: s.0[i],
+                reasons,
+                explained,
+            });
+        }
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    business_day: String,
+    close_run_id: &'a str,
+    adjustments: usize,
+    /// The records after the batch's range that were read to explain differences.
+    after_close_input: &'a Input,
+    keys: usize,
+    mismatches: Vec<Mismatch>,
+    unexplained: usize,
+}
+
+pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
+    let ctx = Ctx::new(&args.day)?;
+    let day = ctx.day_text();
+    let tz = ctx.topology.finance_time_zone;
+    let (start_ms, end_ms) = day_bounds_ms(ctx.day, tz).with_context(|| format!("{day} has no bounds in {tz}"))?;
+    let size = ctx.topology.dashboard_window.size_ms;
+    anyhow::ensure!(
+        start_ms.rem_euclid(size) == 0 && end_ms.rem_euclid(size) == 0,
+        "dashboard windows of {size} ms do not align with {day} in {tz}: the stream's figures of the day cannot be summed"
+    );
+
+    // Batch: the published close and its adjustments.
+    let published = store::published(&ctx.settings, &ctx.topology.finance_manifest.topic, &day)?;
+    let close = published.close.with_context(|| format!("{day} has no published close"))?;
+    let chain = manifest::chain(&close, &published.adjustments).map_err(anyhow::Error::msg)?;
+    let previous_end = chain.last().unwrap_or(&close).input.ends();
+    let mut runs = Vec::new();
+    for m in chain {
+        runs.push(load(&ctx, m)?.0);
+    }
+    let (close_view, _) = load(&ctx, close.clone())?;
+    let batch = by_key(&adjusted(&close_view, &runs));
+
+    // The log after the batch's range, up to its end now.
+    let log = Log::open(&ctx.settings, &ctx.topology.orders.topic)?;
+    let end = log.watermarks().iter().map(|(p, (_, high))| (*p, *high)).collect();
+    let tail = Input::new(log.topic(), &previous_end, &end);
+    let after_close = if tail.span() == 0 {
+        BTreeMap::new()
+    } else {
+        let (fold, _) = fold_after(&ctx, &log, &close, &tail, &format!("batch shadow {day}: after the close"))?;
+        by_key(&fold.rows())
+    };
+
+    // Stream: dashboard partials of windows inside the day.
+    let mut stream: BTreeMap<Key, Figures> = BTreeMap::new();
+    for r in latest_partials(&ctx.settings, &ctx.topology.dashboard.topic)?.values() {
+        let start = chrono::DateTime::parse_from_rfc3339(&r.window_start)
+            .with_context(|| format!("dashboard window_start {}", r.window_start))?
+            .timestamp_millis();
+        if start >= start_ms && start < end_ms {
+            let f = Figures::of(r.orders, r.version, r.gross, r.cancelled, r.refunded, r.net);
+            stream.entry((r.store.clone(), r.currency.clone())).or_default().add(&f);
+        }
+    }
+
+    // Late output: events of the day the stream did not aggregate (deduplicated by source).
+    let mut late: BTreeMap<Key, Figures> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for m in read_topic(&ctx.settings, &ctx.topology.late.topic)? {
+        let header = |name: &str| {
+            m.headers()
+                .and_then(|h| h.iter().find(|h| h.key == name).and_then(|h| h.value))
+                .map(String::from_utf8_lossy)
+        };
+        if header(headers::SOURCE_TOPIC).as_deref() != Some(ctx.topology.orders.topic.as_str()) {
+            continue;
+        }
+        let parse = |name: &str| header(name).and_then(|v| v.parse::<i64>().ok());
+        let (Some(partition), Some(offset), Some(append_ms)) =
+            (parse(headers::SOURCE_PARTITION), parse(headers::SOURCE_OFFSET), parse(headers::SOURCE_APPEND_MS))
+        else {
+            continue;
+        };
+        if !seen.insert((partition, offset)) {
+            continue;
+        }
+        let Ok(event) = normalize_order(m.payload().unwrap_or_default(), append_ms) else { continue };
+        if business_day(event.event_time_ms, tz) != Some(ctx.day) {
+            continue;
+        }
+        let Some(key) = FinanceKey::of(&event) else { continue };
+        let mut agg = FinanceAgg::default();
+        agg.apply(&event);
+        let row = FinanceRow::new(ctx.day, &key, &agg);
+        late.entry((row.store.clone(), row.currency.clone())).or_default().add(&Figures::of_row(&row));
+    }
+
+    let mismatches = compare(&batch, &stream, &after_close, &late);
+    let unexplained = mismatches.iter().filter(|m| !m.explained).count();
+    let keys: BTreeSet<&Key> = batch.keys().chain(stream.keys()).collect();
+    let report = Report {
+        business_day: day.clone(),
+        close_run_id: &close.run_id,
+        adjustments: runs.len(),
+        after_close_input: &tail,
+        keys: keys.len(),
+        mismatches,
+        unexplained,
+    };
+    let mut out = std::io::stdout().lock();
+    match args.format.as_str() {
+        "json" => writeln!(out, "{}", serde_json::to_string(&report)?)?,
+        "table" => {
+            writeln!(
+                out,
+                "shadow {day}: close {} + {} adjustment(s) vs the stream's dashboard; {} key(s), {} differing field(s), {} unexplained",
+                report.close_run_id,
+                report.adjustments,
+                report.keys,
+                report.mismatches.len(),
+                report.unexplained
+            )?;
+            for m in &report.mismatches {
+                writeln!(
+                    out,
+                    "  {:<12} {:<4} {:<10} batch {:>16} stream {:>16}  {}",
+                    m.store,
+                    m.currency,
+                    m.field,
+                    m.batch,
+                    m.stream,
+                    m.reasons.join("; ")
+                )?;
+            }
+        }
+        other => anyhow::bail!("--format {other}: expected table or json"),
+    }
+    anyhow::ensure!(unexplained == 0, "{unexplained} unexplained difference(s) between stream and batch for {day}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fig(orders: u64, gross: i64) -> Figures {
+        Figures::of(orders, orders, Decimal::from(gross), Decimal::ZERO, Decimal::ZERO, Decimal::from(gross))
+    }
+
+    fn map(entries: &[(&str, Figures)]) -> BTreeMap<Key, Figures> {
+        entries.iter().map(|(s, f)| ((s.to_string(), "JPY".to_string()), f.clone())).collect()
+    }
+
+    #[test]
+    fn equal_figures_give_no_mismatch() {
+        let m = map(&[("a", fig(2, 100))]);
+        assert!(compare(&m, &m, &BTreeMap::new(), &BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn late_output_and_events_after_the_close_explain_the_difference_field_by_field() {
+        let batch = map(&[("a", fig(3, 300))]);
+        let late = map(&[("a", fig(1, 100))]);
+        let after = map(&[("a", fig(2, 50))]);
+        let stream = map(&[("a", fig(4, 250))]);
+        let got = compare(&batch, &stream, &after, &late);
+        assert_eq!(got.len(), 4, "orders, events, gross, net differ: {got:?}");
+        assert!(got.iter().all(|m| m.explained), "{got:?}");
+        let gross = got.iter().find(|m| m.field == "gross").expect("gross");
+        assert_eq!(gross.reasons.len(), 2, "{:?}", gross.reasons);
+        assert!(gross.reasons[0].starts_with("after_close: +50") && gross.reasons[1].starts_with("late_output: −100"));
+    }
+
+    #[test]
+    fn a_difference_nothing_accounts_for_is_unexplained_and_names_the_key() {
+        let got = compare(&map(&[("a", fig(1, 10))]), &map(&[("b", fig(1, 10))]), &BTreeMap::new(), &BTreeMap::new());
+        assert_eq!(got.len(), 8);
+        assert!(got.iter().all(|m| !m.explained && m.reasons[0].starts_with("unexplained")));
+        assert!(got.iter().any(|m| m.store == "a") && got.iter().any(|m| m.store == "b"));
+    }
+}
