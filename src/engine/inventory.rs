@@ -4,7 +4,6 @@
 
 use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
 use tidemark_topology::normalize::normalize_inventory;
-use tidemark_topology::reject::RejectReason;
 
 use super::derive::{sku_partition, Derived};
 use super::output::{OutputRecord, Sink};
@@ -36,13 +35,10 @@ impl InventoryTask {
     /// Validates one snapshot and forwards it (or dead-letters it) at once: snapshots carry
     /// no state here, so there is nothing to stage.
     pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
-        if rec.offset < self.checkpoint.next_offset {
+        if !self.checkpoint.advance(rec.offset, rec.append_ms) {
             return false;
         }
         self.uncommitted = true;
-        self.checkpoint.next_offset = rec.offset + 1;
-        self.checkpoint.max_append_ms = self.checkpoint.max_append_ms.max(rec.append_ms);
-        self.checkpoint.records += 1;
         Stats::add(&stats.records, 1);
         let value = rec.value.unwrap_or_default();
         match normalize_inventory(value) {
@@ -63,10 +59,7 @@ impl InventoryTask {
                 });
             }
             Err(rejection) => {
-                Stats::add(&stats.dead_letters, 1);
-                if let Some(i) = RejectReason::ALL.iter().position(|r| *r == rejection.reason) {
-                    Stats::add(&stats.dead_letters_by_reason[i], 1);
-                }
+                stats.dead_lettered(rejection.reason);
                 out.push(OutputRecord::side_output(
                     Sink::DeadLetter,
                     (self.topic.as_str(), self.id.partition, rec.offset, rec.append_ms),

@@ -113,13 +113,10 @@ impl SkuTask {
     }
 
     pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
-        if rec.offset < self.checkpoint.next_offset {
+        if !self.checkpoint.advance(rec.offset, rec.append_ms) {
             return false;
         }
         self.uncommitted = true;
-        self.checkpoint.next_offset = rec.offset + 1;
-        self.checkpoint.max_append_ms = self.checkpoint.max_append_ms.max(rec.append_ms);
-        self.checkpoint.records += 1;
         let value = rec.value.unwrap_or_default();
         let derived = match Derived::decode(value) {
             Ok(d) => d,

@@ -26,6 +26,13 @@ pub struct Stats {
 }
 
 impl Stats {
+    pub fn dead_lettered(&self, reason: tidemark_topology::reject::RejectReason) {
+        Stats::add(&self.dead_letters, 1);
+        if let Some(i) = tidemark_topology::reject::RejectReason::ALL.iter().position(|r| *r == reason) {
+            Stats::add(&self.dead_letters_by_reason[i], 1);
+        }
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

@@ -19,7 +19,6 @@ use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, Sta
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
 use tidemark_topology::event::{CanonicalEvent, EventKind};
 use tidemark_topology::normalize::normalize_order;
-use tidemark_topology::reject::RejectReason;
 use tidemark_topology::window::{window_start, Watermark, WindowPolicy};
 
 use super::derive::{sku_partition, Derived};
@@ -111,23 +110,17 @@ impl PartitionTask {
 
     /// Step 1 for one record. Returns `false` when the record was already processed.
     pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
-        if rec.offset < self.checkpoint.next_offset {
+        if !self.checkpoint.advance(rec.offset, rec.append_ms) {
             return false;
         }
         self.uncommitted = true;
-        self.checkpoint.next_offset = rec.offset + 1;
-        self.checkpoint.max_append_ms = self.checkpoint.max_append_ms.max(rec.append_ms);
-        self.checkpoint.records += 1;
         Stats::add(&stats.records, 1);
         let source = (self.cfg.topic.as_str(), self.id.partition, rec.offset, rec.append_ms);
         let value = rec.value.unwrap_or_default();
         let event = match normalize_order(value, rec.append_ms) {
             Ok(event) => event,
             Err(rejection) => {
-                Stats::add(&stats.dead_letters, 1);
-                if let Some(i) = RejectReason::ALL.iter().position(|r| *r == rejection.reason) {
-                    Stats::add(&stats.dead_letters_by_reason[i], 1);
-                }
+                stats.dead_lettered(rejection.reason);
                 out.push(OutputRecord::side_output(
                     Sink::DeadLetter,
                     source,

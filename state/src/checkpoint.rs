@@ -13,3 +13,31 @@ pub struct Checkpoint {
     /// Input records processed since the state was created.
     pub records: u64,
 }
+
+impl Checkpoint {
+    /// Moves past one input record. `false` when the record is below the checkpoint, i.e.
+    /// already reflected in the state (a re-delivery after a seek or rebalance).
+    pub fn advance(&mut self, offset: i64, append_ms: i64) -> bool {
+        if offset < self.next_offset {
+            return false;
+        }
+        self.next_offset = offset + 1;
+        self.max_append_ms = self.max_append_ms.max(append_ms);
+        self.records += 1;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advance_skips_records_below_the_checkpoint_and_keeps_the_append_time_maximum() {
+        let mut c = Checkpoint { next_offset: 5, ..Checkpoint::default() };
+        assert!(!c.advance(4, 100));
+        assert!(c.advance(7, 100));
+        assert!(c.advance(8, 50));
+        assert_eq!((c.next_offset, c.max_append_ms, c.records), (9, 100, 2));
+    }
+}
