@@ -74,17 +74,30 @@ fn by_key(requests: &[Recorded]) -> BTreeMap<String, Vec<Vec<u8>>> {
     m
 }
 
-struct Running(std::process::Child);
+/// A running processor; its log goes to a file that is printed if the test fails.
+struct Running(std::process::Child, Option<std::path::PathBuf>);
 
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        if let (true, Some(log)) = (std::thread::panicking(), &self.1) {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!("--- last lines of {}:\n{}", log.display(), lines[lines.len().saturating_sub(60)..].join("\n"));
+        }
     }
 }
 
 fn start(s: &Scenario) -> Running {
-    Running(spawn_run(&s.topo, s._state.path(), &unique("g"), &[("TIDEMARK_LOG", "info")]))
+    let log = s._state.path().with_extension("log");
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = run_command(&s.topo, s._state.path(), &unique("g"))
+        .env("TIDEMARK_LOG", "info,tidemark::actions=debug")
+        .stderr(file)
+        .spawn()
+        .expect("spawn");
+    Running(child, Some(log))
 }
 
 const STOCK_RULES: &str = r#"
@@ -293,9 +306,8 @@ fn actions_do_not_depend_on_pacing_batch_sizes_or_how_partitions_are_split_betwe
     let _one = start(&a);
     let group = unique("g");
     let member = |n: &str| {
-        Running(
-            member_command(&b.topo, &b._state.path().join(n), &group, &format!("{group}-{n}")).spawn().expect("spawn"),
-        )
+        let child = member_command(&b.topo, &b._state.path().join(n), &group, &format!("{group}-{n}")).spawn();
+        Running(child.expect("spawn"), None)
     };
     let (_two, _three) = (member("1"), member("2"));
     let x = by_key(&settled(&a_server, Duration::from_secs(6)));
@@ -328,7 +340,7 @@ fn a_kill_between_a_2xx_and_the_outbox_update_and_the_whole_log_replayed_create_
         wait_for(Duration::from_secs(60), "the failpoint to abort the process", || crashed.try_wait().ok().flatten());
     assert!(!status.success());
     let crashed_at = std::time::Instant::now();
-    let _restarted = Running(spawn_run(&faulty.topo, &dir, &group, &[]));
+    let _restarted = Running(spawn_run(&faulty.topo, &dir, &group, &[]), None);
     settled(&faulty_server, Duration::from_secs(6));
     // The whole log, appended a second time.
     copy_log(&clean.orders, &clean.orders, 1);
