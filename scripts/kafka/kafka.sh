@@ -85,7 +85,13 @@ L4J
 
 is_up() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
 
-pid_alive() { [ -f "$RUN/pid" ] && kill -0 "$(cat "$RUN/pid")" 2>/dev/null; }
+# Alive and not a zombie: a SIGKILLed broker whose parent has not reaped it yet still
+# answers kill -0.
+pid_alive() {
+  [ -f "$RUN/pid" ] || return 1
+  local pid; pid=$(cat "$RUN/pid")
+  [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null
+}
 
 launch() {
   nohup java -Xms256m -Xmx"$HEAP" -XX:+UseG1GC -Djava.awt.headless=true \
@@ -129,7 +135,10 @@ stop() {
 
 hard_kill() {
   pid_alive || { log "not running"; return 0; }
-  kill -KILL "$(cat "$RUN/pid")"; sleep 0.2; log "SIGKILLed"
+  kill -KILL "$(cat "$RUN/pid")"
+  for _ in $(seq 1 50); do pid_alive || break; sleep 0.1; done
+  while is_up; do sleep 0.1; done
+  log "SIGKILLed"
 }
 
 case "${1:-}" in

@@ -99,21 +99,44 @@ pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
     )?))
 }
 
+/// How long start-up waits out a broker that is still settling: topics created a moment ago
+/// whose metadata has not spread, partitions whose leader is being elected.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// Retries `f` with backoff until it succeeds or `SETTLE` has passed; then the last error.
+fn settle<T, E: std::fmt::Display>(what: &str, mut f: impl FnMut() -> Result<T, E>) -> anyhow::Result<T> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if started.elapsed() < SETTLE => {
+                warn!(error = %e, "{what}: retrying");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => anyhow::bail!("{what}: {e}"),
+        }
+    }
+}
+
 /// Partition counts of the input topics, read from the broker (they must exist).
 fn partition_counts(consumer: &Consumer_, topics: &[&str]) -> anyhow::Result<Vec<i32>> {
-    let md = consumer.fetch_metadata(None, Duration::from_secs(30)).context("fetching metadata")?;
-    topics
-        .iter()
-        .map(|name| {
-            md.topics()
-                .iter()
-                .find(|t| t.name() == *name && !t.partitions().is_empty())
-                .map(|t| i32::try_from(t.partitions().len()).unwrap_or(i32::MAX))
-                .with_context(|| {
-                    format!("topic {name} does not exist: create it (`tidemark topics`) or pass --create-topics")
-                })
-        })
-        .collect()
+    settle("reading topic metadata", || {
+        let md = consumer.fetch_metadata(None, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+        topics
+            .iter()
+            .map(|name| {
+                md.topics()
+                    .iter()
+                    .find(|t| t.name() == *name && !t.partitions().is_empty() && t.error().is_none())
+                    .map(|t| i32::try_from(t.partitions().len()).unwrap_or(i32::MAX))
+                    .ok_or_else(|| {
+                        format!("topic {name} does not exist: create it (`tidemark topics`) or pass --create-topics")
+                    })
+            })
+            .collect::<Result<Vec<i32>, String>>()
+    })
 }
 
 /// Runs until `stop` is set (SIGTERM/SIGINT) or, with `exit_at_end`, the log is drained.
@@ -357,9 +380,9 @@ impl Runner {
     fn check_full_log(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<()> {
         let t = &self.opts.topology;
         let topic = if id.source == ORDERS { &t.orders.topic } else { &t.inventory.topic };
-        let (low, _) = consumer
-            .fetch_watermarks(topic, id.partition, Duration::from_secs(30))
-            .with_context(|| format!("reading the log start of {topic}/{}", id.partition))?;
+        let (low, _) = settle(&format!("reading the log start of {topic}/{}", id.partition), || {
+            consumer.fetch_watermarks(topic, id.partition, Duration::from_secs(10))
+        })?;
         if low > 0 && !self.opts.allow_partial_rebuild {
             anyhow::bail!(
                 "{topic}/{} has no state in {} and its log starts at offset {low}, not 0: a rebuild would miss records. \
