@@ -196,7 +196,7 @@ fn default_idle_skew() -> String {
     "2s".into()
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 struct RawEndpoints {
     action_url: Option<String>,
     notify_url: Option<String>,
@@ -204,6 +204,18 @@ struct RawEndpoints {
     timeout: String,
     #[serde(default = "default_max_in_flight")]
     max_in_flight: i64,
+}
+
+/// An absent `[endpoints]` table means every field at its default (not empty strings).
+impl Default for RawEndpoints {
+    fn default() -> Self {
+        RawEndpoints {
+            action_url: None,
+            notify_url: None,
+            timeout: default_endpoint_timeout(),
+            max_in_flight: default_max_in_flight(),
+        }
+    }
 }
 
 fn default_endpoint_timeout() -> String {
@@ -613,6 +625,15 @@ mod tests {
         let err = parse(&text, "t.toml").expect_err("must fail");
         let (line, _) = err.errors[0].line_col.expect("located");
         assert_eq!(text.lines().nth(line - 1).map(|l| l.starts_with("max_batch_records")), Some(true), "{err}");
+    }
+
+    #[test]
+    fn a_topology_without_an_endpoints_table_gets_the_documented_defaults() {
+        let start = EXAMPLE.find("[endpoints]").expect("endpoints table");
+        let end = EXAMPLE[start..].find("max_in_flight = 32").expect("last key") + start + "max_in_flight = 32".len();
+        let text = format!("{}{}", &EXAMPLE[..start], &EXAMPLE[end..]);
+        let t = parse(&text, "t.toml").expect("valid without [endpoints]");
+        assert_eq!((t.endpoints.timeout_ms, t.endpoints.max_in_flight), (5_000, 32));
     }
 
     #[test]
