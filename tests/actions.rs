@@ -23,8 +23,13 @@ struct Scenario {
 /// A topology whose rules are `rules` (TOML `[[rules]]` blocks) and whose endpoints are the
 /// given servers.
 fn scenario(rules: &str, action_url: &str, notify_url: &str) -> Scenario {
-    let orders = unique("act");
-    let topo = topology(&orders, &unique("run-act"));
+    over(&unique("act"), rules, action_url, notify_url, |t| t)
+}
+
+/// A run over the input topics named `orders`, with fresh outputs, `rules`, these endpoints,
+/// and a last `edit` of the topology text.
+fn over(orders: &str, rules: &str, action_url: &str, notify_url: &str, edit: impl Fn(String) -> String) -> Scenario {
+    let topo = topology(orders, &unique("run-act"));
     let text = std::fs::read_to_string(&topo.path).expect("read");
     let cut = text.find("# Anomaly rules.").expect("rules section");
     let text = text[..cut]
@@ -32,9 +37,9 @@ fn scenario(rules: &str, action_url: &str, notify_url: &str) -> Scenario {
         .replace("# notify_url = \"https://alerts.internal/notify\"", &format!("notify_url = \"{notify_url}\""))
         .replace("timeout = \"5s\"", "timeout = \"500ms\"")
         + rules;
-    std::fs::write(&topo.path, text).expect("write");
+    std::fs::write(&topo.path, edit(text)).expect("write");
     create_topics(&topo);
-    Scenario { topo, orders, _state: tempfile::tempdir().expect("tmp") }
+    Scenario { topo, orders: orders.to_string(), _state: tempfile::tempdir().expect("tmp") }
 }
 
 fn v2_line(event_id: &str, order: &str, kind: &str, t_ms: i64, sku: &str, qty: u32) -> String {
@@ -279,17 +284,9 @@ fn settled(server: &TestServer, quiet: Duration) -> Vec<Recorded> {
     })
 }
 
-/// A second topology over the same input topics, with its own outputs and endpoint.
+/// A second run over the same input topics, with its own outputs and endpoint.
 fn sibling(first: &Scenario, rules: &str, action_url: &str, edit: impl Fn(String) -> String) -> Scenario {
-    let topo = topology(&first.orders, &unique("run-act"));
-    let text = std::fs::read_to_string(&topo.path).expect("read");
-    let cut = text.find("# Anomaly rules.").expect("rules section");
-    let text = text[..cut]
-        .replace("# action_url = \"https://inventory.internal/actions\"", &format!("action_url = \"{action_url}\""))
-        + rules;
-    std::fs::write(&topo.path, edit(text)).expect("write");
-    create_topics(&topo);
-    Scenario { topo, orders: first.orders.clone(), _state: tempfile::tempdir().expect("tmp") }
+    over(&first.orders, rules, action_url, action_url, edit)
 }
 
 #[test]
