@@ -33,6 +33,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         &topology.audit,
         &topology.action_dead_letter,
         &topology.sku_repartition,
+        &topology.finance_provisional,
         &topology.finance_close,
         &topology.finance_manifest,
     ] {

@@ -4,6 +4,8 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Sink {
     Dashboard,
+    /// Provisional finance rows.
+    Finance,
     DeadLetter,
     Late,
     /// The internal SKU repartition topic (always with an explicit partition).

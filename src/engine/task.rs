@@ -1,4 +1,5 @@
-//! One source partition's processing: normalise, deduplicate, window, aggregate.
+//! One source partition's processing: normalise, deduplicate, window, aggregate (dashboard
+//! windows and provisional finance days).
 //!
 //! A task works in two steps per commit interval:
 //! 1. [`PartitionTask::ingest`] each polled record in offset order: normalise it (bad input
@@ -19,6 +20,7 @@ use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, Sta
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
 use tidemark_topology::event::{CanonicalEvent, EventKind};
 use tidemark_topology::normalize::normalize_order;
+use tidemark_topology::provisional::{self, DayCalendar, ProvAgg, ProvKey, ProvisionalRecord};
 use tidemark_topology::window::{window_start, Watermark, WindowPolicy};
 
 use super::derive::{sku_partition, Derived};
@@ -42,6 +44,8 @@ pub struct TaskConfig {
     pub dedup_retention_ms: i64,
     /// Partitions of the SKU repartition topic; 0 turns the inventory path off.
     pub sku_partitions: i32,
+    /// Business days of provisional finance are dates in this zone.
+    pub finance_tz: chrono_tz::Tz,
 }
 
 struct Pending {
@@ -54,8 +58,8 @@ struct Pending {
     late: Option<(Option<Vec<u8>>, Vec<u8>, i64)>,
 }
 
-struct Entry {
-    agg: DashAgg,
+struct Entry<A> {
+    agg: A,
     dirty: bool,
 }
 
@@ -65,7 +69,9 @@ pub struct PartitionTask {
     checkpoint: Checkpoint,
     watermark: Watermark,
     pending: Vec<Pending>,
-    aggs: BTreeMap<DashKey, Entry>,
+    aggs: BTreeMap<DashKey, Entry<DashAgg>>,
+    days: BTreeMap<ProvKey, Entry<ProvAgg>>,
+    calendar: DayCalendar,
     uncommitted: bool,
 }
 
@@ -79,13 +85,21 @@ impl PartitionTask {
             let agg: DashAgg = codec::decode("dashboard aggregate", &v)?;
             aggs.insert(key, Entry { agg, dirty: false });
         }
+        let mut days = BTreeMap::new();
+        for (k, v) in store.load_aggregates(id, Namespace::Finance)? {
+            let key: ProvKey = codec::decode("finance key", &k)?;
+            let agg: ProvAgg = codec::decode("finance row", &v)?;
+            days.insert(key, Entry { agg, dirty: false });
+        }
         Ok(PartitionTask {
+            calendar: DayCalendar::new(cfg.finance_tz),
             id,
             cfg,
             watermark: Watermark::from_max_event(checkpoint.max_event_ms),
             checkpoint,
             pending: Vec::new(),
             aggs,
+            days,
             uncommitted: false,
         })
     }
@@ -191,6 +205,11 @@ impl PartitionTask {
                 dashboard::apply(&mut entry.agg, &p.event, p.append_ms);
                 entry.dirty = true;
             }
+            if let Some(key) = provisional::key_for(&p.event, &mut self.calendar) {
+                let entry = self.days.entry(key).or_insert_with(|| Entry { agg: ProvAgg::default(), dirty: false });
+                entry.agg.apply(&p.event, p.append_ms);
+                entry.dirty = true;
+            }
         }
 
         for (key, entry) in self.aggs.iter_mut().filter(|(_, e)| e.dirty) {
@@ -205,12 +224,34 @@ impl PartitionTask {
             });
         }
 
+        for (key, entry) in self.days.iter_mut().filter(|(_, e)| e.dirty) {
+            entry.dirty = false;
+            batch.put_aggregate(self.id, Namespace::Finance, &codec::encode(key), &codec::encode(&entry.agg));
+            out.push(OutputRecord {
+                sink: Sink::Finance,
+                key: Some(provisional::record_key(key, self.id.partition).into_bytes()),
+                value: ProvisionalRecord::new(key, self.id.partition, &entry.agg).to_bytes(),
+                headers: Vec::new(),
+                partition: None,
+            });
+        }
+
         let wm = self.watermark.value(self.cfg.window.allowed_lateness_ms);
         while let Some(entry) = self.aggs.first_entry() {
             if !self.cfg.window.expired(entry.key().window_start_ms, wm) {
                 break;
             }
             batch.delete_aggregate(self.id, Namespace::Dashboard, &codec::encode(entry.key()));
+            entry.remove();
+        }
+        // A day's row is dropped once its last window has expired: every later event of that
+        // day goes to the late output, so the row can never change again.
+        while let Some(entry) = self.days.first_entry() {
+            let last_window = self.calendar.day_end_ms(&entry.key().day).map(|end| window_start(end - 1, size_ms));
+            if !last_window.is_some_and(|start| self.cfg.window.expired(start, wm)) {
+                break;
+            }
+            batch.delete_aggregate(self.id, Namespace::Finance, &codec::encode(entry.key()));
             entry.remove();
         }
 

@@ -17,6 +17,7 @@ fn cfg() -> TaskConfig {
         window: WindowPolicy { size_ms: MIN, allowed_lateness_ms: 0, grace_ms: 2 * MIN, retention_ms: 7 * HOUR },
         dedup_retention_ms: 7 * 24 * HOUR,
         sku_partitions: 0,
+        finance_tz: chrono_tz::Asia::Tokyo,
     }
 }
 
@@ -159,4 +160,46 @@ fn expired_windows_leave_memory_and_the_store() {
     h.batch(&mut task, &[(1, T0 + 9 * HOUR, placed("b", T0 + 9 * HOUR, 1))]);
     let stored = h.store.load_aggregates(h.id, tidemark_state::Namespace::Dashboard).expect("load");
     assert_eq!(stored.len(), 1, "only the live window remains");
+}
+
+fn finance(out: &[OutputRecord]) -> Vec<serde_json::Value> {
+    out.iter().filter(|o| o.sink == Sink::Finance).map(|o| serde_json::from_slice(&o.value).expect("json")).collect()
+}
+
+#[test]
+fn a_late_event_revises_its_business_day_row_with_a_higher_version_after_a_restart() {
+    let h = Harness::new();
+    let mut task = h.task();
+    // T0 is 09:00 in Tokyo on 2025-11-28; T0 + 16 h is already the 29th there.
+    let first = h.batch(&mut task, &[(0, T0, placed("a", T0, 2)), (1, T0 + 16 * HOUR, placed("b", T0 + 16 * HOUR, 1))]);
+    let f = finance(&first);
+    assert_eq!(f.len(), 2, "one row per business day: {f:?}");
+    assert_eq!(
+        (f[0]["day"].as_str(), f[0]["gross"].as_str(), f[0]["version"].as_u64()),
+        (Some("2025-11-28"), Some("20.00"), Some(1))
+    );
+    assert_eq!(f[1]["day"], "2025-11-29");
+    drop(task);
+    let mut restored = h.task();
+    let late = h.batch(&mut restored, &[(2, T0 + 16 * HOUR, placed("c", T0 + 14 * HOUR, 3))]);
+    let f = finance(&late);
+    assert_eq!(f.len(), 1);
+    assert_eq!(
+        (f[0]["day"].as_str(), f[0]["orders"].as_u64(), f[0]["gross"].as_str(), f[0]["version"].as_u64()),
+        (Some("2025-11-28"), Some(2), Some("50.00"), Some(2))
+    );
+}
+
+#[test]
+fn a_business_day_row_leaves_the_store_once_its_last_window_has_expired() {
+    let h = Harness::new();
+    let mut task = h.task();
+    h.batch(&mut task, &[(0, T0, placed("a", T0, 1))]);
+    // The 28th ends at T0 + 15 h (Tokyo midnight); its last window expires 7 h later.
+    h.batch(&mut task, &[(1, T0 + 22 * HOUR, placed("b", T0 + 22 * HOUR - 1, 1))]);
+    let stored = h.store.load_aggregates(h.id, tidemark_state::Namespace::Finance).expect("load");
+    assert_eq!(stored.len(), 2, "the 28th is still revisable by a late event");
+    h.batch(&mut task, &[(2, T0 + 22 * HOUR, placed("c", T0 + 22 * HOUR, 1))]);
+    let stored = h.store.load_aggregates(h.id, tidemark_state::Namespace::Finance).expect("load");
+    assert_eq!(stored.len(), 1, "only the 29th remains");
 }

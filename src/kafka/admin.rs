@@ -26,7 +26,7 @@ fn configs(spec: &TopicSpec, log_append_time: bool) -> Vec<(&'static str, &'stat
 /// as they are. Returns the names created.
 pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: i32) -> anyhow::Result<Vec<String>> {
     let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
-    let roles: [(&TopicSpec, bool); 10] = [
+    let roles: [(&TopicSpec, bool); 11] = [
         (&t.orders, true),
         (&t.inventory, true),
         (&t.dashboard, false),
@@ -35,6 +35,7 @@ pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: 
         (&t.audit, false),
         (&t.action_dead_letter, false),
         (&t.sku_repartition, false),
+        (&t.finance_provisional, false),
         (&t.finance_close, false),
         (&t.finance_manifest, false),
     ];

@@ -36,6 +36,7 @@ impl ProducerContext for DeliveryContext {
 pub struct OutputSink {
     producer: BaseProducer<DeliveryContext>,
     dashboard: String,
+    finance: String,
     dead_letter: String,
     late: String,
     repartition: String,
@@ -55,15 +56,29 @@ impl OutputSink {
         Ok(OutputSink {
             producer,
             dashboard: t.dashboard.topic.clone(),
+            finance: t.finance_provisional.topic.clone(),
             dead_letter: t.dead_letter.topic.clone(),
             late: t.late.topic.clone(),
             repartition: t.sku_repartition.topic.clone(),
         })
     }
 
+    /// Sends dashboard and provisional finance records to other topics than the topology's
+    /// (micro-batch mode writing beside a running stream).
+    pub fn redirect(mut self, dashboard: Option<&str>, finance: Option<&str>) -> Self {
+        if let Some(d) = dashboard {
+            self.dashboard = d.to_string();
+        }
+        if let Some(f) = finance {
+            self.finance = f.to_string();
+        }
+        self
+    }
+
     fn topic(&self, sink: Sink) -> &str {
         match sink {
             Sink::Dashboard => &self.dashboard,
+            Sink::Finance => &self.finance,
             Sink::DeadLetter => &self.dead_letter,
             Sink::Late => &self.late,
             Sink::Repartition => &self.repartition,

@@ -194,6 +194,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         window: t.dashboard_window,
         dedup_retention_ms: t.dedup_retention_ms,
         sku_partitions,
+        finance_tz: t.finance_time_zone,
     };
     let upstreams = (0..counts[0]).map(|p| (ORDERS, p)).chain((0..counts[1]).map(|p| (INVENTORY, p))).collect();
     let sku_cfg = SkuTaskConfig {

@@ -60,6 +60,8 @@ pub enum Namespace {
     MergeBuffer = 3,
     /// A SKU task's own bookkeeping (per-upstream progress and last applied record).
     SkuMeta = 4,
+    /// Provisional finance rows per business day, store and currency.
+    Finance = 5,
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ pub struct Topo {
     pub dashboard: String,
     pub dead_letter: String,
     pub late: String,
+    pub finance_provisional: String,
     pub finance_close: String,
     pub finance_manifest: String,
     _dir: tempfile::TempDir,
@@ -56,6 +57,7 @@ pub fn topology(orders: &str, run: &str) -> Topo {
         .replace("tidemark.audit", &format!("{run}.audit"))
         .replace("tidemark.action-dead-letter", &format!("{run}.action-dead-letter"))
         .replace("tidemark.sku-repartition", &format!("{run}.sku-repartition"))
+        .replace("tidemark.finance-provisional", &format!("{run}.finance-provisional"))
         .replace("tidemark.finance-close", &format!("{run}.finance-close"))
         .replace("tidemark.finance-manifest", &format!("{run}.finance-manifest"))
         .replace("commit_interval = \"200ms\"", "commit_interval = \"100ms\"")
@@ -68,6 +70,7 @@ pub fn topology(orders: &str, run: &str) -> Topo {
         dashboard: format!("{run}.dashboard"),
         dead_letter: format!("{run}.dead-letter"),
         late: format!("{run}.late"),
+        finance_provisional: format!("{run}.finance-provisional"),
         finance_close: format!("{run}.finance-close"),
         finance_manifest: format!("{run}.finance-manifest"),
         _dir: dir,

@@ -29,6 +29,8 @@ pub struct Topology {
     /// Internal topic that re-keys order lines and stock snapshots by SKU.
     pub sku_repartition: TopicSpec,
     /// Rows of finance closes and adjustments, staged under their run id (compacted).
+    /// Provisional finance rows the stream revises as events arrive (compacted).
+    pub finance_provisional: TopicSpec,
     pub finance_close: TopicSpec,
     /// One record per published close or adjustment: what readers look up first (compacted).
     pub finance_manifest: TopicSpec,
@@ -181,6 +183,7 @@ struct RawSinks {
     late: RawTopic,
     audit: RawTopic,
     action_dead_letter: RawTopic,
+    finance_provisional: RawTopic,
     finance_close: RawTopic,
     finance_manifest: RawTopic,
 }
@@ -454,6 +457,7 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
     let late = c.topic("sinks.late", raw.sinks.late);
     let audit = c.topic("sinks.audit", raw.sinks.audit);
     let action_dead_letter = c.topic("sinks.action_dead_letter", raw.sinks.action_dead_letter);
+    let finance_provisional = c.topic("sinks.finance_provisional", raw.sinks.finance_provisional);
     let finance_close = c.topic("sinks.finance_close", raw.sinks.finance_close);
     let finance_manifest = c.topic("sinks.finance_manifest", raw.sinks.finance_manifest);
     let sku_repartition = c.topic("internal.sku_repartition", raw.internal.sku_repartition);
@@ -481,6 +485,7 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         ("sinks.late", &late),
         ("sinks.audit", &audit),
         ("sinks.action_dead_letter", &action_dead_letter),
+        ("sinks.finance_provisional", &finance_provisional),
         ("sinks.finance_close", &finance_close),
         ("sinks.finance_manifest", &finance_manifest),
         ("internal.sku_repartition", &sku_repartition),
@@ -493,6 +498,7 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         c.error("sinks.dashboard.compacted", "the dashboard topic holds upserts and must be compacted");
     }
     for (path, spec, what) in [
+        ("sinks.finance_provisional.compacted", &finance_provisional, "provisional rows are upserts"),
         ("sinks.finance_close.compacted", &finance_close, "finance rows are keyed by run id"),
         ("sinks.finance_manifest.compacted", &finance_manifest, "readers take the latest manifest per key"),
     ] {
@@ -572,6 +578,7 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         audit,
         action_dead_letter,
         sku_repartition,
+        finance_provisional,
         finance_close,
         finance_manifest,
         idle_skew_ms,

@@ -9,6 +9,7 @@
 //! - [`config`]: the topology file (TOML): load, validate, report every error with its place.
 //! - [`dashboard`]: per-window, per-store dashboard aggregates and their output records.
 //! - [`finance`]: business days, finance rows, the day-close fold and its validation.
+//! - [`provisional`]: provisional finance rows the stream keeps per business day, store and currency.
 //! - [`window`]: event-time window arithmetic and the per-partition watermark.
 //! - [`sku`]: the per-SKU inventory and velocity rules that turn lines and snapshots into action intents.
 //! - [`gen`]: the deterministic, seeded order-event generator used by demo, tests and benches.
@@ -21,6 +22,7 @@ pub mod finance;
 pub mod gen;
 pub mod logical;
 pub mod normalize;
+pub mod provisional;
 pub mod reject;
 pub mod sku;
 pub mod window;
