@@ -7,6 +7,7 @@ pub mod inventory;
 pub mod outbox;
 pub mod output;
 pub mod sku_task;
+pub mod slice;
 pub mod stats;
 pub mod task;
 

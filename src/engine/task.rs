@@ -73,6 +73,9 @@ pub struct PartitionTask {
     days: BTreeMap<ProvKey, Entry<ProvAgg>>,
     calendar: DayCalendar,
     uncommitted: bool,
+    /// Ids applied by earlier [`PartitionTask::finish`] calls whose batch is not committed
+    /// yet; `Some` only when several finishes share one commit (micro-batch slices).
+    held_dedup: Option<HashMap<String, i64>>,
 }
 
 impl PartitionTask {
@@ -101,6 +104,7 @@ impl PartitionTask {
             aggs,
             days,
             uncommitted: false,
+            held_dedup: None,
         })
     }
 
@@ -179,7 +183,8 @@ impl PartitionTask {
         let size_ms = self.cfg.window.size_ms;
         for (p, first_seen) in pending.iter().zip(stored) {
             let id = p.event.event_id.as_str();
-            let first_seen = seen_now.get(id).copied().or(first_seen);
+            let held = self.held_dedup.as_ref().and_then(|h| h.get(id).copied());
+            let first_seen = seen_now.get(id).copied().or(held).or(first_seen);
             if first_seen.is_some_and(|t| p.append_ms - t <= self.cfg.dedup_retention_ms) {
                 Stats::add(&stats.dedup_hits, 1);
                 continue;
@@ -210,6 +215,10 @@ impl PartitionTask {
                 entry.agg.apply(&p.event, p.append_ms);
                 entry.dirty = true;
             }
+        }
+
+        if let Some(held) = &mut self.held_dedup {
+            held.extend(seen_now.into_iter().map(|(id, t)| (id.to_string(), t)));
         }
 
         for (key, entry) in self.aggs.iter_mut().filter(|(_, e)| e.dirty) {
@@ -288,6 +297,20 @@ impl PartitionTask {
                 headers: Vec::new(),
                 partition: Some(sku_partition(&line.sku, self.cfg.sku_partitions)),
             });
+        }
+    }
+
+    /// Lets several [`PartitionTask::finish`] calls stage into one commit batch (a
+    /// micro-batch slice): ids applied by an earlier call are remembered in memory until
+    /// [`PartitionTask::release_held`], since the store cannot see them before the commit.
+    pub fn hold_dedup_until_commit(&mut self) {
+        self.held_dedup.get_or_insert_with(HashMap::new);
+    }
+
+    /// After the shared batch is committed: the store now answers for the held ids.
+    pub fn release_held(&mut self) {
+        if let Some(held) = &mut self.held_dedup {
+            held.clear();
         }
     }
 

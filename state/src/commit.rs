@@ -47,6 +47,12 @@ impl<'a> CommitBatch<'a> {
         self.batch.put_cf(self.store.cf(CF_META), Store::checkpoint_key(p), codec::encode(c));
     }
 
+    /// A named bookkeeping record (read back with [`Store::record`]); `value` is already
+    /// encoded with [`codec::encode`].
+    pub fn put_record(&mut self, name: &str, value: &[u8]) {
+        self.batch.put_cf(self.store.cf(CF_META), Store::record_key(name), value);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.batch.is_empty()
     }
@@ -67,6 +73,20 @@ mod tests {
 
     fn open(dir: &std::path::Path) -> Store {
         Store::open(dir, &StoreOptions { owner: "test".into(), ..StoreOptions::default() }).expect("open")
+    }
+
+    #[test]
+    fn a_named_record_commits_with_the_batch_and_reads_back_after_reopen() {
+        let dir = tempfile::tempdir().expect("tmp");
+        {
+            let store = open(dir.path());
+            assert_eq!(store.record("slices").expect("read"), None);
+            let mut b = store.batch();
+            b.put_record("slices", b"plan");
+            assert_eq!(store.record("slices").expect("read"), None, "invisible before the commit");
+            b.commit().expect("commit");
+        }
+        assert_eq!(open(dir.path()).record("slices").expect("read"), Some(b"plan".to_vec()));
     }
 
     #[test]

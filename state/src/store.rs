@@ -23,6 +23,7 @@ pub(crate) const CF_OUTBOX: &str = "outbox";
 
 const OWNER_KEY: &[u8] = b"owner";
 const CHECKPOINT_TAG: u8 = b'c';
+const RECORD_TAG: u8 = b'r';
 
 /// Tuning of the embedded database.
 #[derive(Clone, Debug)]
@@ -141,6 +142,18 @@ impl Store {
         let mut k = vec![CHECKPOINT_TAG];
         k.extend_from_slice(&p.prefix());
         k
+    }
+
+    pub(crate) fn record_key(name: &str) -> Vec<u8> {
+        let mut k = vec![RECORD_TAG];
+        k.extend_from_slice(name.as_bytes());
+        k
+    }
+
+    /// A named record of a mode's own bookkeeping (e.g. micro-batch slice boundaries),
+    /// written with [`CommitBatch::put_record`] in the same atomic commit as the state.
+    pub fn record(&self, name: &str) -> Result<Option<Vec<u8>>, StateError> {
+        self.db.get_cf(self.cf(CF_META), Self::record_key(name)).map_err(|e| self.rocks(e))
     }
 
     /// The last committed checkpoint of a partition, `None` if it never committed here.
