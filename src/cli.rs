@@ -36,6 +36,73 @@ pub enum Command {
     /// The finance close: reproducible batch runs over frozen offset ranges (docs/finance.md).
     #[command(subcommand)]
     Batch(BatchCommand),
+    /// Micro-batch mode: the dashboard and provisional finance over consecutive offset
+    /// slices on a schedule, one slice at a time (docs/modes.md).
+    Microbatch(MicrobatchArgs),
+    /// Shadow replay: run stream, micro-batch and batch over one frozen offset range and
+    /// compare their results key by key; exit 3 on an unexplained mismatch (docs/modes.md).
+    Shadow(ShadowArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MicrobatchArgs {
+    /// The topology file.
+    #[arg(long, env = "TIDEMARK_TOPOLOGY")]
+    pub topology: PathBuf,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// RocksDB state directory of the micro-batch job (its own; never a stream's).
+    #[arg(long, env = "TIDEMARK_STATE_DIR", default_value = "./state-microbatch")]
+    pub state_dir: PathBuf,
+    /// Start a slice this often (humantime, e.g. `2m`); a slice that overruns delays the next.
+    #[arg(long, default_value = "2m")]
+    pub every: String,
+    /// Freshness budget of the results: a slice reports whether `every + its duration` fits.
+    #[arg(long, default_value = "5m")]
+    pub deadline: String,
+    /// Write dashboard rows here instead of the topology's `sinks.dashboard`.
+    #[arg(long)]
+    pub dashboard_topic: Option<String>,
+    /// Write provisional finance rows here instead of `sinks.finance_provisional`.
+    #[arg(long)]
+    pub finance_topic: Option<String>,
+    /// Do not write dead-letter and late records (when a stream beside this job writes them).
+    #[arg(long)]
+    pub no_side_outputs: bool,
+    /// Append one JSON line per slice to this file (see docs/modes.md for the fields).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Stop after this many slices (0 = run until SIGTERM).
+    #[arg(long, default_value_t = 0)]
+    pub max_slices: u64,
+    /// Stop after a slice that found no new records.
+    #[arg(long)]
+    pub exit_when_idle: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ShadowArgs {
+    /// The topology file.
+    #[arg(long, env = "TIDEMARK_TOPOLOGY")]
+    pub topology: PathBuf,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// The frozen history: end offsets (exclusive) of every orders partition, `p:offset,...`,
+    /// or `end` for the high watermarks now.
+    #[arg(long)]
+    pub range: String,
+    /// Start offsets, `p:offset,...`. Default: the start of each partition's log.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// The stream replay commits every this many records per partition.
+    #[arg(long, default_value_t = 500)]
+    pub stream_commit_records: usize,
+    /// The micro-batch replay cuts each partition's range into this many slices.
+    #[arg(long, default_value_t = 4)]
+    pub slices: usize,
+    /// Write the JSON report here (the human report goes to stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

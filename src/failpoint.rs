@@ -7,7 +7,9 @@
 //!
 //! Points: `commit.before_outputs_flushed`, `commit.after_outputs_before_state`,
 //! `commit.after_state_before_group`, `restore.mid`, `dispatch.after_ack_before_mark`,
-//! `batch.mid_close` and `batch.mid_adjust` (rows staged and validated, manifest not written).
+//! `batch.mid_close` and `batch.mid_adjust` (rows staged and validated, manifest not written),
+//! `microbatch.after_plan`, `microbatch.before_flush` (rows sent, not acknowledged) and
+//! `microbatch.after_commit`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

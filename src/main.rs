@@ -55,6 +55,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Batch(BatchCommand::Adjust(args)) => cmd::batch::adjust(args)?,
         Command::Batch(BatchCommand::Show(args)) => cmd::batch::show(args)?,
         Command::Batch(BatchCommand::Shadow(args)) => cmd::batch::shadow(args)?,
+        Command::Microbatch(args) => cmd::microbatch::run(args, &runtime()?)?,
+        Command::Shadow(args) => return cmd::shadow::run(args),
     }
     Ok(ExitCode::SUCCESS)
 }

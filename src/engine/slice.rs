@@ -185,8 +185,8 @@ mod tests {
     /// returns every published record.
     fn run(values: &[Vec<u8>], slice: usize, chunk: usize, coalesce: bool) -> Vec<OutputRecord> {
         let dir = tempfile::tempdir().expect("tmp");
-        let store = Store::open(dir.path(), &StoreOptions { owner: "t".into(), ..StoreOptions::default() })
-            .expect("open");
+        let store =
+            Store::open(dir.path(), &StoreOptions { owner: "t".into(), ..StoreOptions::default() }).expect("open");
         let mut runner = SliceRunner::new(&store, cfg(), chunk, coalesce);
         let mut published = Vec::new();
         for (n, part) in values.chunks(slice).enumerate() {

@@ -315,7 +315,7 @@ impl Runner {
 
     fn restore(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<Task> {
         let task = match id.source {
-            ORDERS => Task::Orders(PartitionTask::restore(&self.store, id, self.task_cfg.clone())?),
+            ORDERS => Task::Orders(Box::new(PartitionTask::restore(&self.store, id, self.task_cfg.clone())?)),
             INVENTORY => Task::Inventory(InventoryTask::restore(
                 &self.store,
                 id,

@@ -15,7 +15,7 @@ pub const SKU_REPARTITION: u16 = 2;
 
 pub enum Task {
     /// Orders: normalise, dedup, dashboard, forward lines by SKU.
-    Orders(PartitionTask),
+    Orders(Box<PartitionTask>),
     /// Inventory: validate, forward snapshots by SKU.
     Inventory(InventoryTask),
     /// SKU repartition: merge in logical-time order, rules, outbox.

@@ -22,7 +22,7 @@
 //! with the same run id and writes the same bytes.
 
 mod manifest;
-mod range;
+pub(crate) mod range;
 mod shadow;
 mod show;
 mod store;
@@ -163,7 +163,7 @@ pub fn close(args: BatchCloseArgs) -> anyhow::Result<()> {
     let mut progress = Progress::new(&format!("batch close {}", ctx.day), input.span());
     for r in &input.ranges {
         let mut dedup = Dedup::new(ctx.topology.dedup_retention_ms);
-        log.read(r.partition, r.from, r.to, &mut progress, |_, value, append_ms| {
+        log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| {
             fold.observe(&mut dedup, value, append_ms);
         })?;
     }
@@ -260,11 +260,11 @@ fn fold_after(ctx: &Ctx, log: &Log, close: &Manifest, input: &Input, label: &str
     for r in &input.ranges {
         let mut dedup = Dedup::new(ctx.topology.dedup_retention_ms);
         if let Some((from, to)) = known.get(&r.partition) {
-            log.read(r.partition, *from, *to, &mut progress, |_, value, append_ms| {
+            log.read(r.partition, *from, *to, &mut progress, |_, _, value, append_ms| {
                 DayClose::prime(&mut dedup, value, append_ms);
             })?;
         }
-        log.read(r.partition, r.from, r.to, &mut progress, |_, value, append_ms| {
+        log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| {
             fold.observe(&mut dedup, value, append_ms);
         })?;
     }

@@ -180,7 +180,7 @@ impl Log {
         Ok(())
     }
 
-    /// Reads `[from, to)` of one partition in offset order, calling `f(offset, value,
+    /// Reads `[from, to)` of one partition in offset order, calling `f(offset, key, value,
     /// append_ms)` once per record. `to` must not exceed the high watermark seen at open.
     pub fn read(
         &self,
@@ -188,7 +188,7 @@ impl Log {
         from: i64,
         to: i64,
         progress: &mut Progress,
-        mut f: impl FnMut(i64, &[u8], i64),
+        mut f: impl FnMut(i64, Option<&[u8]>, &[u8], i64),
     ) -> anyhow::Result<u64> {
         if from >= to {
             return Ok(0);
@@ -231,7 +231,7 @@ impl Log {
                 warned = true;
                 warn!(topic = %self.topic, partition, "records lack LogAppendTime: their producer timestamps stand in for append times");
             }
-            f(offset, msg.payload().unwrap_or_default(), msg.timestamp().to_millis().unwrap_or(0));
+            f(offset, msg.key(), msg.payload().unwrap_or_default(), msg.timestamp().to_millis().unwrap_or(0));
             read += 1;
             progress.tick(1);
             if offset + 1 >= to {

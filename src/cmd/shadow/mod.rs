@@ -1,0 +1,237 @@
+//! `tidemark shadow --range ...`: stream, micro-batch and batch over one frozen history,
+//! compared key by key (SPEC §2 "Shadow replay"; docs/modes.md).
+//!
+//! The range is read once from the orders log and held in memory; each mode then runs over
+//! it in process ([`replay`]). Four comparisons ([`compare`]):
+//! 1. dashboard rows, stream vs micro-batch — byte-identical expected;
+//! 2. provisional finance rows, stream vs micro-batch — byte-identical expected;
+//! 3. finance per day/store/currency, batch vs stream — explained only by the late output;
+//! 4. dashboard per window/store/currency, batch vs stream — likewise.
+//!
+//! Revision counts (how often each mode published a row) are reported, not compared: the
+//! micro-batch replaces a row once per slice, the stream once per commit.
+//! Exit code: 0 when every mismatch is explained, 3 when any is not, 1 on errors.
+
+mod compare;
+mod replay;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use serde::Serialize;
+use tidemark_topology::config;
+
+use super::batch::range::{parse_offsets, Input, Log, Offsets, Progress};
+use crate::cli::ShadowArgs;
+use crate::engine::TaskConfig;
+use compare::{exact, explained_by_late, Mismatch, Revisions};
+use replay::{History, Rec, DASHBOARD_FIELDS, FINANCE_FIELDS};
+
+/// Exit code when unexplained mismatches exist.
+pub const UNEXPLAINED: u8 = 3;
+
+#[derive(Serialize)]
+struct ModeSummary {
+    commits: u64,
+    dashboard_rows: usize,
+    finance_rows: usize,
+    late_records: usize,
+    dead_letters: u64,
+}
+
+#[derive(Serialize)]
+struct BatchSummary {
+    applied: u64,
+    duplicates: u64,
+    dead_letters: u64,
+    finance_keys: usize,
+    dashboard_keys: usize,
+}
+
+#[derive(Serialize)]
+struct Comparison {
+    name: &'static str,
+    keys: usize,
+    mismatches: usize,
+    explained: usize,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    input: &'a Input,
+    records: usize,
+    stream: ModeSummary,
+    microbatch: ModeSummary,
+    batch: BatchSummary,
+    revisions_dashboard: Revisions,
+    revisions_finance: Revisions,
+    comparisons: Vec<Comparison>,
+    mismatches: Vec<Mismatch>,
+    unexplained: usize,
+}
+
+pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
+    let topology = config::load(&args.topology)?;
+    let settings = super::run::settings(&args.kafka)?;
+    let log = Log::open(&settings, &topology.orders.topic)?;
+    let to: Offsets = if args.range == "end" {
+        log.watermarks().iter().map(|(p, (_, high))| (*p, *high)).collect()
+    } else {
+        parse_offsets("--range", &args.range)?
+    };
+    let from: Offsets = match &args.from {
+        Some(spec) => parse_offsets("--from", spec)?,
+        None => log.watermarks().iter().map(|(p, (low, _))| (*p, *low)).collect(),
+    };
+    log.check_offsets("--range", &to)?;
+    log.check_offsets("--from", &from)?;
+    let input = Input::new(log.topic(), &from, &to);
+    for r in &input.ranges {
+        anyhow::ensure!(r.from <= r.to, "partition {}: --from {} is after --range {}", r.partition, r.from, r.to);
+    }
+
+    let mut history = History::new();
+    let mut progress = Progress::new("shadow: reading the range", input.span());
+    for r in &input.ranges {
+        let records = history.entry(r.partition).or_default();
+        log.read(r.partition, r.from, r.to, &mut progress, |offset, key, value, append_ms| {
+            records.push(Rec { offset, key: key.map(<[u8]>::to_vec), value: value.to_vec(), append_ms });
+        })?;
+    }
+    progress.print();
+    let records: usize = history.values().map(Vec::len).sum();
+
+    let cfg = TaskConfig {
+        topic: topology.orders.topic.clone(),
+        window: topology.dashboard_window,
+        dedup_retention_ms: topology.dedup_retention_ms,
+        sku_partitions: 0,
+        finance_tz: topology.finance_time_zone,
+    };
+    eprintln!("shadow: stream replay (commit every {} records per partition)", args.stream_commit_records);
+    let stream = replay::stream(&history, &cfg, args.stream_commit_records)?;
+    eprintln!("shadow: micro-batch replay ({} slices)", args.slices);
+    let micro = replay::microbatch(&history, &cfg, args.slices, topology.max_batch_records)?;
+    eprintln!("shadow: batch fold");
+    let batch = replay::batch(&history, &cfg);
+
+    let (stream_fin, stream_dash) = replay::summed(&stream)?;
+    let (late_fin, late_dash) = replay::late_contributions(&stream, &cfg);
+    let groups: [(&'static str, usize, Vec<Mismatch>); 4] = [
+        (
+            "dashboard rows: stream vs micro-batch",
+            stream.dashboard.len(),
+            exact("dashboard stream/microbatch", &stream.dashboard, &micro.dashboard),
+        ),
+        (
+            "finance rows: stream vs micro-batch",
+            stream.finance.len(),
+            exact("finance stream/microbatch", &stream.finance, &micro.finance),
+        ),
+        (
+            "finance per day/store/currency: batch vs stream",
+            batch.finance.len().max(stream_fin.len()),
+            explained_by_late("finance batch/stream", &FINANCE_FIELDS, &batch.finance, &stream_fin, &late_fin),
+        ),
+        (
+            "dashboard per window/store/currency: batch vs stream",
+            batch.dashboard.len().max(stream_dash.len()),
+            explained_by_late("dashboard batch/stream", &DASHBOARD_FIELDS, &batch.dashboard, &stream_dash, &late_dash),
+        ),
+    ];
+    let mut comparisons = Vec::new();
+    let mut mismatches = Vec::new();
+    for (name, keys, found) in groups {
+        comparisons.push(Comparison {
+            name,
+            keys,
+            mismatches: found.len(),
+            explained: found.iter().filter(|m| m.explained).count(),
+        });
+        mismatches.extend(found);
+    }
+    let unexplained = mismatches.iter().filter(|m| !m.explained).count();
+    let summary = |p: &replay::Published| ModeSummary {
+        commits: p.commits,
+        dashboard_rows: p.dashboard.len(),
+        finance_rows: p.finance.len(),
+        late_records: p.late.len(),
+        dead_letters: p.dead_letters,
+    };
+    let report = Report {
+        input: &input,
+        records,
+        stream: summary(&stream),
+        microbatch: summary(&micro),
+        batch: BatchSummary {
+            applied: batch.applied,
+            duplicates: batch.duplicates,
+            dead_letters: batch.dead_letters,
+            finance_keys: batch.finance.len(),
+            dashboard_keys: batch.dashboard.len(),
+        },
+        revisions_dashboard: Revisions::of(&stream.revisions_of("d:"), &micro.revisions_of("d:")),
+        revisions_finance: Revisions::of(&stream.revisions_of("f:"), &micro.revisions_of("f:")),
+        comparisons,
+        mismatches,
+        unexplained,
+    };
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    print_report(&report)?;
+    Ok(if unexplained == 0 { ExitCode::SUCCESS } else { ExitCode::from(UNEXPLAINED) })
+}
+
+fn print_report(r: &Report<'_>) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "shadow replay of {} ({} records)", r.input.describe(), r.records)?;
+    writeln!(
+        out,
+        "  stream:      {} commits, {} dashboard rows, {} finance rows, {} late, {} dead letters",
+        r.stream.commits, r.stream.dashboard_rows, r.stream.finance_rows, r.stream.late_records, r.stream.dead_letters
+    )?;
+    writeln!(
+        out,
+        "  micro-batch: {} slices, {} dashboard rows, {} finance rows, {} late, {} dead letters",
+        r.microbatch.commits,
+        r.microbatch.dashboard_rows,
+        r.microbatch.finance_rows,
+        r.microbatch.late_records,
+        r.microbatch.dead_letters
+    )?;
+    writeln!(
+        out,
+        "  batch:       {} events applied, {} duplicates, {} dead letters, {} finance keys, {} dashboard keys",
+        r.batch.applied, r.batch.duplicates, r.batch.dead_letters, r.batch.finance_keys, r.batch.dashboard_keys
+    )?;
+    for (what, rev) in [("dashboard", &r.revisions_dashboard), ("finance", &r.revisions_finance)] {
+        writeln!(
+            out,
+            "  revisions ({what}): stream {} (≤ {} per key), micro-batch {} (≤ {} per key) over {} keys — expected to differ: one per commit vs one per slice",
+            rev.stream, rev.max_per_key_stream, rev.microbatch, rev.max_per_key_microbatch, rev.keys
+        )?;
+    }
+    for c in &r.comparisons {
+        writeln!(
+            out,
+            "  {:<54} {:>6} keys  {:>4} mismatches ({} explained)",
+            c.name, c.keys, c.mismatches, c.explained
+        )?;
+    }
+    for m in &r.mismatches {
+        writeln!(out, "    [{}] {} {}: {} vs {} — {}", m.comparison, m.key, m.field, m.left, m.right, m.reason)?;
+    }
+    writeln!(
+        out,
+        "{}",
+        if r.unexplained == 0 {
+            "result: every mismatch explained".to_string()
+        } else {
+            format!("result: {} UNEXPLAINED mismatch(es)", r.unexplained)
+        }
+    )?;
+    Ok(())
+}

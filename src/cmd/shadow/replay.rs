@@ -1,0 +1,238 @@
+//! The three modes over one frozen history held in memory.
+//!
+//! - *stream*: the orders tasks with a commit every `commit_records` records per partition,
+//!   every revision published (what `tidemark run` does, with fixed commit points);
+//! - *micro-batch*: the same tasks over `slices` consecutive slices per partition, each
+//!   changed row published once per slice (what `tidemark microbatch` does);
+//! - *batch*: the finance close's fold ([`Dedup`], [`FinanceAgg`]) and the dashboard
+//!   definitions applied to every deduplicated event, with no window retention.
+//!
+//! Stream and micro-batch each run on a fresh RocksDB store in a temporary directory.
+
+use std::collections::BTreeMap;
+
+use tidemark_state::{Store, StoreOptions};
+use tidemark_topology::dashboard::{self, DashAgg, DashboardRecord};
+use tidemark_topology::event::CanonicalEvent;
+use tidemark_topology::finance::{business_day, Dedup, FinanceAgg, FinanceKey};
+use tidemark_topology::normalize::normalize_order;
+use tidemark_topology::provisional::ProvisionalRecord;
+
+use super::compare::{Figures, Late};
+use crate::engine::output::headers;
+use crate::engine::slice::SliceRunner;
+use crate::engine::{OutputRecord, Sink, SourceRecord, TaskConfig};
+
+/// One source record of the frozen history.
+pub struct Rec {
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    pub append_ms: i64,
+}
+
+pub type History = BTreeMap<i32, Vec<Rec>>;
+
+/// Field names of the compared figures.
+pub const FINANCE_FIELDS: [&str; 6] = ["orders", "events", "gross", "cancelled", "refunded", "net"];
+pub const DASHBOARD_FIELDS: [&str; 7] = ["orders", "units", "gross", "cancelled", "refunded", "net", "version"];
+
+/// What stream or micro-batch published.
+#[derive(Default)]
+pub struct Published {
+    /// Final value per row key, dashboard and provisional finance apart.
+    pub dashboard: BTreeMap<String, Vec<u8>>,
+    pub finance: BTreeMap<String, Vec<u8>>,
+    /// Records published per row key (`d:` / `f:` prefixed).
+    pub revisions: BTreeMap<String, u64>,
+    /// Late-output records: the events the mode did not aggregate.
+    pub late: Vec<(Vec<u8>, i64)>,
+    pub dead_letters: u64,
+    pub commits: u64,
+}
+
+impl Published {
+    fn take(&mut self, out: &mut Vec<OutputRecord>) {
+        for r in out.drain(..) {
+            let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+            match r.sink {
+                Sink::Dashboard => {
+                    *self.revisions.entry(format!("d:{key}")).or_default() += 1;
+                    self.dashboard.insert(key, r.value);
+                }
+                Sink::Finance => {
+                    *self.revisions.entry(format!("f:{key}")).or_default() += 1;
+                    self.finance.insert(key, r.value);
+                }
+                Sink::Late => {
+                    let append = r.headers.iter().find(|(k, _)| *k == headers::SOURCE_APPEND_MS);
+                    let append_ms = append.and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+                    self.late.push((r.value, append_ms));
+                }
+                Sink::DeadLetter => self.dead_letters += 1,
+                Sink::Repartition => {}
+            }
+        }
+    }
+
+    /// Revisions of one kind (`d:` or `f:`), keyed without the prefix.
+    pub fn revisions_of(&self, prefix: &str) -> BTreeMap<String, u64> {
+        self.revisions.iter().filter_map(|(k, n)| Some((k.strip_prefix(prefix)?.to_string(), *n))).collect()
+    }
+}
+
+/// Runs the orders tasks over `history`, committing after each group of `cuts`: the i-th
+/// group holds, per partition, records `[cuts[i].0, cuts[i].1)` of that partition's list.
+fn replay(
+    history: &History,
+    cfg: &TaskConfig,
+    chunk: usize,
+    coalesce: bool,
+    cuts: impl Fn(usize) -> Vec<(usize, usize)>,
+) -> anyhow::Result<Published> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), &StoreOptions { owner: "shadow".into(), ..StoreOptions::default() })?;
+    let mut runner = SliceRunner::new(&store, cfg.clone(), chunk, coalesce);
+    let per_partition: BTreeMap<i32, Vec<(usize, usize)>> = history.iter().map(|(p, r)| (*p, cuts(r.len()))).collect();
+    let rounds = per_partition.values().map(Vec::len).max().unwrap_or(0);
+    let mut published = Published::default();
+    for round in 0..rounds {
+        for (p, records) in history {
+            let Some((start, end)) = per_partition.get(p).and_then(|c| c.get(round)).copied() else { continue };
+            for r in &records[start..end] {
+                let rec = SourceRecord {
+                    key: r.key.as_deref(),
+                    value: Some(&r.value),
+                    append_ms: r.append_ms,
+                    offset: r.offset,
+                };
+                runner.ingest(*p, rec)?;
+            }
+        }
+        runner.end_slice(None, |out: &mut Vec<OutputRecord>| -> anyhow::Result<()> {
+            published.take(out);
+            Ok(())
+        })?;
+        published.commits += 1;
+    }
+    Ok(published)
+}
+
+pub fn stream(history: &History, cfg: &TaskConfig, commit_records: usize) -> anyhow::Result<Published> {
+    let n = commit_records.max(1);
+    replay(history, cfg, n, false, |len| (0..len).step_by(n).map(|s| (s, (s + n).min(len))).collect())
+}
+
+pub fn microbatch(history: &History, cfg: &TaskConfig, slices: usize, chunk: usize) -> anyhow::Result<Published> {
+    let k = slices.max(1);
+    replay(history, cfg, chunk, true, |len| (0..k).map(|i| (i * len / k, (i + 1) * len / k)).collect())
+}
+
+/// The batch's figures: finance per `day|store|currency`, dashboard per
+/// `window_start|store|currency` (partitions summed).
+#[derive(Default)]
+pub struct BatchFigures {
+    pub finance: BTreeMap<String, Figures>,
+    pub dashboard: BTreeMap<String, Figures>,
+    pub applied: u64,
+    pub duplicates: u64,
+    pub dead_letters: u64,
+}
+
+pub fn batch(history: &History, cfg: &TaskConfig) -> BatchFigures {
+    let mut fin: BTreeMap<(String, String, String), FinanceAgg> = BTreeMap::new();
+    let mut dash: BTreeMap<String, DashAgg> = BTreeMap::new();
+    let mut out = BatchFigures::default();
+    for records in history.values() {
+        let mut dedup = Dedup::new(cfg.dedup_retention_ms);
+        for r in records {
+            let Ok(event) = normalize_order(&r.value, r.append_ms) else {
+                out.dead_letters += 1;
+                continue;
+            };
+            if !dedup.first_time(&event.event_id, r.append_ms) {
+                out.duplicates += 1;
+                continue;
+            }
+            out.applied += 1;
+            if let Some(key) = finance_key(&event, cfg) {
+                fin.entry(key).or_default().apply(&event);
+            }
+            if let Some(key) = dashboard_key(&event, cfg) {
+                dashboard::apply(dash.entry(key).or_default(), &event, r.append_ms);
+            }
+        }
+    }
+    out.finance = fin.into_iter().map(|(k, a)| (format!("{}|{}|{}", k.0, k.1, k.2), finance_figures(&a))).collect();
+    out.dashboard = dash.into_iter().map(|(k, a)| (k, dash_figures(&a))).collect();
+    out
+}
+
+fn finance_key(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<(String, String, String)> {
+    let key = FinanceKey::of(event)?;
+    let day = business_day(event.event_time_ms, cfg.finance_tz)?;
+    Some((day.to_string(), key.store, key.currency.code().to_string()))
+}
+
+fn dashboard_key(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<String> {
+    let k = dashboard::key_for(event, cfg.window.size_ms)?;
+    Some(format!("{}|{}|{}", dashboard::rfc3339_ms(k.window_start_ms), k.store, k.currency.code()))
+}
+
+fn finance_figures(a: &FinanceAgg) -> Figures {
+    vec![a.orders.into(), a.events.into(), a.gross, a.cancelled, a.refunded, a.net()]
+}
+
+fn dash_figures(a: &DashAgg) -> Figures {
+    vec![a.orders.into(), a.units.into(), a.gross, a.cancelled, a.refunded, a.net(), a.version.into()]
+}
+
+fn add(into: &mut Figures, f: &Figures) {
+    if into.is_empty() {
+        into.resize(f.len(), Default::default());
+    }
+    for (a, b) in into.iter_mut().zip(f) {
+        *a += *b;
+    }
+}
+
+/// The stream's published rows summed over source partitions, in the batch's keys.
+pub fn summed(p: &Published) -> anyhow::Result<(BTreeMap<String, Figures>, BTreeMap<String, Figures>)> {
+    let mut finance: BTreeMap<String, Figures> = BTreeMap::new();
+    for v in p.finance.values() {
+        let r: ProvisionalRecord = serde_json::from_slice(v)?;
+        let f = vec![r.orders.into(), r.events.into(), r.gross, r.cancelled, r.refunded, r.net];
+        add(finance.entry(format!("{}|{}|{}", r.day, r.store, r.currency)).or_default(), &f);
+    }
+    let mut dash: BTreeMap<String, Figures> = BTreeMap::new();
+    for v in p.dashboard.values() {
+        let r: DashboardRecord = serde_json::from_slice(v)?;
+        let f = vec![r.orders.into(), r.units.into(), r.gross, r.cancelled, r.refunded, r.net, r.version.into()];
+        add(dash.entry(format!("{}|{}|{}", r.window_start, r.store, r.currency)).or_default(), &f);
+    }
+    Ok((finance, dash))
+}
+
+/// What the late output holds, per finance and dashboard key.
+pub fn late_contributions(p: &Published, cfg: &TaskConfig) -> (BTreeMap<String, Late>, BTreeMap<String, Late>) {
+    let mut finance: BTreeMap<String, Late> = BTreeMap::new();
+    let mut dash: BTreeMap<String, Late> = BTreeMap::new();
+    for (value, append_ms) in &p.late {
+        let Ok(event) = normalize_order(value, *append_ms) else { continue };
+        if let Some(k) = finance_key(&event, cfg) {
+            let mut a = FinanceAgg::default();
+            a.apply(&event);
+            let l = finance.entry(format!("{}|{}|{}", k.0, k.1, k.2)).or_default();
+            l.events += 1;
+            add(&mut l.figures, &finance_figures(&a));
+        }
+        if let Some(k) = dashboard_key(&event, cfg) {
+            let mut a = DashAgg::default();
+            dashboard::apply(&mut a, &event, *append_ms);
+            let l = dash.entry(k).or_default();
+            l.events += 1;
+            add(&mut l.figures, &dash_figures(&a));
+        }
+    }
+    (finance, dash)
+}
