@@ -78,3 +78,49 @@ steal_total() { awk '/^cpu /{t=0; for(i=2;i<=NF;i++) t+=$i; print $9, t}' /proc/
 CLK_TCK=$(getconf CLK_TCK)
 # Peak RSS (kB) of a live pid.
 peak_rss_kb() { awk '/VmHWM/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+# --- shared by the scenario scripts (spike, catchup, recovery, steady) ---
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Prefixes every stdin line with the epoch time (s.ns): the generator's progress lines become
+# an offered-rate time series.
+stamp() { while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done; }
+now_s() { date +%s.%N; }
+rel() { python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))" "$1" "$2"; }
+# Host facts for a result file.
+machine_json() {
+  python3 - "$BIN_INFO" <<'PY'
+import json, os, platform, subprocess, sys
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+mem = next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
+print(json.dumps({"nproc": os.cpu_count(), "cpu": cpu, "mem_gib": round(mem / 2**20, 1), "kernel": platform.release(),
+                  "tidemark_binary": sys.argv[1], "loadavg_at_start": os.getloadavg()[0]}))
+PY
+}
+# start_tidemark TOPOLOGY STATE_DIR GROUP HTTP_PORT LOG PIDFILE: background `tidemark run`, pid in PIDFILE.
+start_tidemark() {
+  "$BIN" run --bootstrap "$BOOT" --topology "$1" --state-dir "$2" --group "$3" --http-addr "127.0.0.1:$4" \
+    --backlog-probe-every 1 --log warn ${TM_EXTRA:-} 2>> "$5" >/dev/null &
+  echo $! > "$6"
+}
+wait_ready() { # HTTP_PORT [TIMEOUT_S]
+  local i; for i in $(seq 1 $((${2:-60} * 5))); do curl -sf "127.0.0.1:$1/readyz" >/dev/null && return 0; sleep 0.2; done; return 1
+}
+# Java of the Kafka Streams baseline, in the background; pid in PIDFILE.
+# start_ks APP_ID ORDERS STATE_DIR ACTION_URL GUARANTEE LATENCY_OUT LOG PIDFILE
+start_ks() {
+  java -Xms"${KS_HEAP:-1g}" -Xmx"${KS_HEAP:-1g}" -XX:+UseG1GC -jar "$KS_JAR" \
+    --bootstrap "$BOOT" --app-id "$1" --prefix "$1" --orders "$2" --partitions "${PARTITIONS:-4}" --guarantee "$5" \
+    --threads "${KS_THREADS:-2}" --state-dir "$3" --action-url "$4" --latency-out "$6" \
+    --min-units "${MIN_UNITS:-50}" --factor "${FACTOR_RULE:-3.0}" --baseline-windows 15 >/dev/null 2>> "$7" &
+  echo $! > "$8"
+}
+# Deletes the topics whose names match a regex (frees the broker's disk between runs).
+delete_topics() {
+  java -Xmx256m -cp "${TIDEMARK_CACHE:-$HOME/.cache/tidemark}/kafka-4.4.0/libs/*" -Dlog4j2.level=error \
+    org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOT" --delete --topic "$1" >/dev/null 2>&1 || true
+}
+# Stops the broker if this script started it and wipes its data directory (GBs per run).
+broker_down_wipe() {
+  broker_down
+  if [ "$STARTED_BROKER" = 1 ] && [ -z "${KEEP_BROKER:-}" ]; then rm -rf "$KAFKA_RUN/data"; fi
+}
