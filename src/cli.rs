@@ -69,6 +69,11 @@ pub struct MicrobatchArgs {
     /// Do not write dead-letter and late records (when a stream beside this job writes them).
     #[arg(long)]
     pub no_side_outputs: bool,
+    /// Create missing output topics at start (compacted, the topology's partition counts).
+    #[arg(long)]
+    pub create_topics: bool,
+    #[arg(long, default_value_t = 1)]
+    pub replication: i32,
     /// Append one JSON line per slice to this file (see docs/modes.md for the fields).
     #[arg(long)]
     pub report: Option<PathBuf>,

@@ -30,6 +30,7 @@ use crate::cli::MicrobatchArgs;
 use crate::engine::slice::SliceRunner;
 use crate::engine::{OutputRecord, Sink, SourceRecord, TaskConfig};
 use crate::failpoint;
+use crate::kafka::admin;
 use crate::kafka::sink::OutputSink;
 
 /// The state record holding the slice boundaries.
@@ -91,6 +92,18 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         &args.state_dir,
         &StoreOptions { owner: format!("{}/microbatch", topology.name), ..StoreOptions::default() },
     )?;
+    for (target, like) in [
+        (args.dashboard_topic.as_deref().unwrap_or(&topology.dashboard.topic), &topology.dashboard),
+        (args.finance_topic.as_deref().unwrap_or(&topology.finance_provisional.topic), &topology.finance_provisional),
+    ] {
+        if args.create_topics {
+            rt.block_on(admin::ensure_compacted(&settings, target, like, args.replication))?;
+        }
+        anyhow::ensure!(
+            admin::topic_exists(&settings, target)?,
+            "output topic {target} does not exist: create it (compacted) or pass --create-topics"
+        );
+    }
     let sink =
         OutputSink::new(&settings, &topology)?.redirect(args.dashboard_topic.as_deref(), args.finance_topic.as_deref());
     let stop = Arc::new(AtomicBool::new(false));

@@ -25,7 +25,6 @@ fn configs(spec: &TopicSpec, log_append_time: bool) -> Vec<(&'static str, &'stat
 /// Creates every topic of the topology that does not exist yet. Existing topics are left
 /// as they are. Returns the names created.
 pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: i32) -> anyhow::Result<Vec<String>> {
-    let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
     let roles: [(&TopicSpec, bool); 11] = [
         (&t.orders, true),
         (&t.inventory, true),
@@ -39,6 +38,35 @@ pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: 
         (&t.finance_close, false),
         (&t.finance_manifest, false),
     ];
+    create(settings, &roles, replication).await
+}
+
+/// Creates a compacted topic like `like` (partitions) named `topic`, if it does not exist:
+/// the upsert targets a micro-batch job writes beside a stream.
+pub async fn ensure_compacted(
+    settings: &KafkaSettings,
+    topic: &str,
+    like: &TopicSpec,
+    replication: i32,
+) -> anyhow::Result<Vec<String>> {
+    let spec = TopicSpec { topic: topic.to_string(), partitions: like.partitions, compacted: true };
+    create(settings, &[(&spec, false)], replication).await
+}
+
+/// Whether the broker knows `topic` (metadata without auto-creation).
+pub fn topic_exists(settings: &KafkaSettings, topic: &str) -> anyhow::Result<bool> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = settings.client_config().set("allow.auto.create.topics", "false").create()?;
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(30))?;
+    Ok(md.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+}
+
+async fn create(
+    settings: &KafkaSettings,
+    roles: &[(&TopicSpec, bool)],
+    replication: i32,
+) -> anyhow::Result<Vec<String>> {
+    let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
     let topic_configs: Vec<Vec<(&str, &str)>> = roles.iter().map(|(spec, lat)| configs(spec, *lat)).collect();
     let new_topics: Vec<NewTopic<'_>> = roles
         .iter()
