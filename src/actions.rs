@@ -9,6 +9,11 @@
 //!    the action goes to the action dead-letter topic; 5xx, timeouts, resets: retried with
 //!    exponential backoff and jitter.
 //!
+//! Scans start at most [`MAX_STARTED`] rows at once (a large pending backlog is taken in
+//! turns, not loaded whole), and drop final rows whose event time lies more than the dedup
+//! retention behind the newest row of their partition: by then no input can produce their
+//! key again (see `engine::outbox`).
+//!
 //! A crash between the endpoint's 2xx and step 4 leaves the row pending with attempts > 0;
 //! after restart it is sent again with the same key and payload (the one duplicate POST the
 //! guarantees allow) and counted in `tidemark_dispatch_redeliveries_total`. The outcome is
@@ -37,6 +42,12 @@ use crate::stream::tasks::SKU_REPARTITION;
 use crate::stream::RowSender;
 use crate::telemetry::events::{Segment, DISPATCH, LATENCY};
 
+/// Rows a scan hands to delivery tasks while earlier ones are still in flight; the rest
+/// wait for the next scan (each task holds its row and payload).
+const MAX_STARTED: usize = 2048;
+/// How often every owned partition's outbox is swept for expired rows.
+const SWEEP_EVERY: u32 = 600;
+
 /// SKU partitions this process owns, kept by the stream thread.
 pub type Owned = Arc<Mutex<BTreeSet<i32>>>;
 
@@ -48,6 +59,8 @@ struct Ctx {
     dead_letter_topic: String,
     in_flight: Mutex<HashMap<String, i64>>,
     stop: Arc<AtomicBool>,
+    /// Final rows this far (event time) behind their partition's newest row are deleted.
+    retention_ms: i64,
 }
 
 #[derive(Serialize)]
@@ -107,12 +120,15 @@ pub fn spawn(
         dead_letter_topic: t.action_dead_letter.topic.clone(),
         in_flight: Mutex::default(),
         stop,
+        retention_ms: t.dedup_retention_ms,
     });
     let (tx, mut rx) = mpsc::channel::<(PartitionId, OutboxRow)>(4096);
     let owned: Owned = Arc::default();
     let scan_owned = Arc::clone(&owned);
     rt.spawn(async move {
         let mut scanned: BTreeSet<i32> = BTreeSet::new();
+        let mut unfinished: BTreeSet<i32> = BTreeSet::new();
+        let mut ticks = 0u32;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
@@ -122,9 +138,20 @@ pub fn spawn(
                 },
                 _ = tick.tick() => {
                     let now_owned = scan_owned.lock().map(|o| o.clone()).unwrap_or_default();
-                    let full_rescan = stats.outbox_rescan.swap(false, Ordering::Relaxed);
-                    for p in now_owned.iter().filter(|p| full_rescan || !scanned.contains(p)) {
-                        scan(&ctx, PartitionId { source: SKU_REPARTITION, partition: *p }).await;
+                    ticks = ticks.wrapping_add(1);
+                    let full_rescan = stats.outbox_rescan.swap(false, Ordering::Relaxed) || ticks.is_multiple_of(SWEEP_EVERY);
+                    let due: Vec<i32> = now_owned
+                        .iter()
+                        .filter(|p| full_rescan || !scanned.contains(p) || unfinished.contains(p))
+                        .copied()
+                        .collect();
+                    for p in &due {
+                        let more = scan(&ctx, PartitionId { source: SKU_REPARTITION, partition: *p }).await;
+                        if more {
+                            unfinished.insert(*p);
+                        } else {
+                            unfinished.remove(p);
+                        }
                     }
                     scanned = now_owned;
                     publish_gauges(&ctx);
@@ -144,21 +171,51 @@ fn publish_gauges(ctx: &Ctx) {
     }
 }
 
-/// Re-queues every pending row of a partition (start, assignment, lost hand-over).
-async fn scan(ctx: &Arc<Ctx>, id: PartitionId) {
+/// Re-queues the pending rows of a partition (start, assignment, lost hand-over), at most
+/// [`MAX_STARTED`] in flight, and deletes expired final rows. True when pending rows were
+/// left for the next scan.
+async fn scan(ctx: &Arc<Ctx>, id: PartitionId) -> bool {
     let store = Arc::clone(&ctx.store);
     let rows = tokio::task::spawn_blocking(move || store.outbox_scan(id)).await;
     let Ok(Ok(rows)) = rows else {
         error!(partition = %id, "cannot scan the outbox");
-        return;
+        return true;
     };
+    let mut decoded = Vec::with_capacity(rows.len());
     for (_, bytes) in rows {
         match codec::decode::<OutboxRow>("outbox row", &bytes) {
-            Ok(row) if row.state == RowState::Pending => start(ctx, id, row, true),
-            Ok(_) => {}
+            Ok(row) => decoded.push(row),
             Err(e) => error!(partition = %id, error = %e, "unreadable outbox row"),
         }
     }
+    let expired = expired_keys(&decoded, ctx.retention_ms);
+    if !expired.is_empty() {
+        let store = Arc::clone(&ctx.store);
+        let n = expired.len();
+        match tokio::task::spawn_blocking(move || store.outbox_delete(id, &expired)).await {
+            Ok(Ok(())) => counter!("tidemark_outbox_expired_total").increment(n as u64),
+            _ => error!(partition = %id, "cannot delete expired outbox rows"),
+        }
+    }
+    let mut more = false;
+    for row in decoded.into_iter().filter(|r| r.state == RowState::Pending) {
+        let busy = ctx.in_flight.lock().map(|f| f.len() >= MAX_STARTED).unwrap_or(true);
+        if busy {
+            more = true;
+            break;
+        }
+        start(ctx, id, row, true);
+    }
+    more
+}
+
+/// Final rows whose event time is more than `retention_ms` behind the newest row.
+fn expired_keys(rows: &[OutboxRow], retention_ms: i64) -> Vec<String> {
+    let Some(newest) = rows.iter().map(|r| r.created_at_ms).max() else { return Vec::new() };
+    rows.iter()
+        .filter(|r| r.state.is_final() && r.created_at_ms < newest.saturating_sub(retention_ms))
+        .map(|r| r.key.clone())
+        .collect()
 }
 
 fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
@@ -307,4 +364,38 @@ impl Ctx {
 
 fn record(segment: Segment, ms: i64) {
     crate::telemetry::events::observe(LATENCY, segment, (ms.max(0) as f64) / 1000.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(key: &str, created_at_ms: i64, state: RowState) -> OutboxRow {
+        OutboxRow {
+            key: key.into(),
+            rule_id: "r".into(),
+            rule_version: 1,
+            mode: "act".into(),
+            action: "notify".into(),
+            sku: "SKU-1".into(),
+            payload: Vec::new(),
+            state,
+            attempts: 1,
+            created_at_ms,
+            source_append_ms: 0,
+            committed_wall_ms: 0,
+        }
+    }
+
+    #[test]
+    fn only_final_rows_further_behind_the_newest_row_than_the_retention_expire() {
+        let rows = [
+            row("old-done", 0, RowState::Delivered { status: 200 }),
+            row("old-pending", 0, RowState::Pending),
+            row("edge", 1_000, RowState::Conflict),
+            row("new", 11_000, RowState::Shadow),
+        ];
+        assert_eq!(expired_keys(&rows, 10_000), ["old-done"]);
+        assert!(expired_keys(&[], 10_000).is_empty());
+    }
 }

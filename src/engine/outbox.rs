@@ -3,7 +3,10 @@
 //!
 //! Lifecycle: `Pending` → `Delivered` (2xx) | `Conflict` (409: the endpoint already had it)
 //! | `Failed` (other 4xx); `Shadow` rows are recorded and audited but never sent. A row is
-//! never deleted while its key may be produced again, so a key is acted on at most once.
+//! never deleted while its key may be produced again, so a key is acted on at most once:
+//! only final rows whose event time is more than the dedup retention (default 7 d) behind
+//! the newest row of their partition are deleted (by the action runtime's sweep). Inputs
+//! that old are past every window's retention and every duplicate's dedup horizon.
 
 use serde::{Deserialize, Serialize};
 

@@ -203,6 +203,15 @@ impl Store {
         self.write(batch)
     }
 
+    /// Deletes outbox rows (expired final rows), durably.
+    pub fn outbox_delete<S: AsRef<str>>(&self, p: PartitionId, keys: &[S]) -> Result<(), StateError> {
+        let mut batch = rocksdb::WriteBatch::default();
+        for k in keys {
+            batch.delete_cf(self.cf(CF_OUTBOX), p.key(k.as_ref().as_bytes()));
+        }
+        self.write(batch)
+    }
+
     /// Every outbox row of a partition, in key order (restart: re-queue what is pending).
     pub fn outbox_scan(&self, p: PartitionId) -> Result<Vec<KeyValue>, StateError> {
         let prefix = p.prefix();
