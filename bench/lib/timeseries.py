@@ -205,6 +205,21 @@ def first_time(rows, pred, after=None):
     return None
 
 
+def settled_time(rows, pred, after):
+    """First time after `after` from which `pred` holds for every later sample (None if the
+    last sample does not satisfy it)."""
+    cand = None
+    for r in rows:
+        if not r.get("up") or r["t"] < after:
+            continue
+        if pred(r):
+            if cand is None:
+                cand = r["t"]
+        else:
+            cand = None
+    return cand
+
+
 def records_consumed(samples):
     ups = [s for s in samples if s.get("up")]
     if not ups:
@@ -284,7 +299,7 @@ def main():
         ages = [r["backlog_age_s"] for r in rows if r.get("up") and r.get("backlog_age_s") is not None]
         res["max_backlog_age_s"] = max(ages) if ages else None
         peak_t = max((r for r in rows if r.get("up") and r.get("backlog_age_s") is not None), key=lambda r: r["backlog_age_s"], default={}).get("t")
-        res["backlog_age_below_1s_again_at_s"] = first_time(rows, lambda r: (r.get("backlog_age_s") or 0) < 1, after=max(marks["spike_end"], peak_t or 0))
+        res["backlog_age_below_1s_again_at_s"] = settled_time(rows, lambda r: (r.get("backlog_age_s") or 0) < 1, after=max(marks["spike_end"], peak_t or 0))
         res["max_p99_ms_over_time"] = max((r["p99_ms"] for r in rows if r.get("p99_ms") is not None), default=None)
         res["max_p50_ms_over_time"] = max((r["p50_ms"] for r in rows if r.get("p50_ms") is not None), default=None)
         ks = None
@@ -311,7 +326,7 @@ def main():
         start = marks["processor_start"]
         # backlog age < 1 s on every partition, and the lag below one second of input (a
         # gauge that reads 0 before its first probe cannot end the drain early)
-        res["backlog_age_below_1s_at_s"] = first_time(rows, lambda r: r.get("backlog_age_s") is not None and r["backlog_age_s"] < 1 and r.get("lag_records") is not None and r["lag_records"] < meta.get("live_rate", 20000), after=start + 1)
+        res["backlog_age_below_1s_at_s"] = settled_time(rows, lambda r: r.get("backlog_age_s") is not None and r["backlog_age_s"] < 1 and r.get("lag_records") is not None and r["lag_records"] < meta.get("live_rate", 20000), after=start + 1)
         # a probe before the first measurement reports nothing; require a lag near zero too
         res["lag_below_live_rate_at_s"] = first_time(rows, lambda r: r.get("lag_records") is not None and r["lag_records"] < meta.get("live_rate", 20000), after=start + 1)
         T = res["backlog_age_below_1s_at_s"]
@@ -336,7 +351,8 @@ def main():
         res["first_action_after_kill_s"] = round(min(after) - kill, 2) if after else None
         ready = first_time(rows, lambda r: True, after=restart)
         res["metrics_up_after_restart_s"] = round(ready - restart, 2) if ready is not None else None
-        lag_ok = first_time(rows, lambda r: r.get("backlog_age_s") is not None and r["backlog_age_s"] < 1 and (r.get("lag_records") or 0) < meta.get("rate", 20000), after=restart + 0.5)
+        # from then on every sample has backlog age < 1 s and lag < one second of input
+        lag_ok = settled_time(rows, lambda r: r.get("backlog_age_s") is not None and r["backlog_age_s"] < 1 and (r.get("lag_records") or 0) < meta.get("rate", 20000), after=restart + 0.5)
         res["backlog_age_below_1s_after_restart_s"] = round(lag_ok - restart, 2) if lag_ok is not None else None
         ages = [r["backlog_age_s"] for r in rows if r.get("up") and r["t"] >= restart and r.get("backlog_age_s") is not None]
         res["max_backlog_age_after_restart_s"] = max(ages) if ages else None
@@ -382,7 +398,7 @@ def steady(result, png, args, meta, plt):
                     "lag_growth_over_judged_span": None if grow is None else round(grow), "max_backlog_age_s": max((v for _, v in age), default=None),
                     "lag_end": lag[-1][1] if lag else None, "p50_ms": lat.get("p50_ms"), "p99_ms": p99, "actions": lat.get("count"),
                     "pass": bool(ok_lag and ok_lat and ok_age),
-                    "resources": resources([s for s in samples if a <= s["t"] <= b], None)})
+                    "resources": resources([s for s in samples if a <= s["t"] <= b], records_consumed([s for s in samples if a <= s["t"] <= b]))})
     passing = [o["rate"] for o in out if o["pass"]]
     # the highest rate below which every step passed
     sustained = None
