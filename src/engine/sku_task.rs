@@ -236,6 +236,11 @@ impl SkuTask {
             Derived::Mark { .. } => return Ok(()),
         };
         Stats::add(&stats.sku_inputs, 1);
+        if let SkuInput::Line { event_time_ms, .. } = &input {
+            if self.processor.is_beyond_retention(*event_time_ms) {
+                Stats::add(&stats.sku_late_lines, 1);
+            }
+        }
         for intent in self.processor.apply(&input) {
             let pending_here = rows.iter().any(|r| r.key == intent.key);
             if pending_here || store.outbox_get(self.id, &intent.key)?.is_some() {

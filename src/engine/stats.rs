@@ -13,6 +13,9 @@ pub struct Stats {
     pub commits: AtomicU64,
     /// Order lines and snapshots applied to per-SKU state.
     pub sku_inputs: AtomicU64,
+    /// Order lines a SKU partition's watermark found past window retention: they change no
+    /// inventory or velocity state (the event itself was applied to the dashboard).
+    pub sku_late_lines: AtomicU64,
     /// Action keys produced (outbox rows written), all modes.
     pub actions: AtomicU64,
     /// Sum of consumer lag over assigned partitions, from librdkafka statistics.

@@ -9,7 +9,9 @@
 //! - The watermark (max event time − allowed lateness) advances on order lines only. A
 //!   snapshot's `as_of` is the warehouse's clock, not order event time.
 //! - A line beyond retention ([`SkuProcessor::is_beyond_retention`]) touches no state at
-//!   all, inventory included; the runtime routes it to the late output.
+//!   all, inventory included; the runtime counts it (`tidemark_sku_late_lines_total`). Its
+//!   event was already applied to the dashboard by its own partition, whose watermark
+//!   can trail this one.
 //! - Lines count against a snapshot when their event time is after its `as_of`, kept per
 //!   exact millisecond. Once such a line falls beyond retention it is folded into one sum
 //!   that keeps counting; should a newer snapshot's `as_of` land inside the folded span,
@@ -182,7 +184,7 @@ impl SkuProcessor {
     }
 
     /// Whether a line at this event time is beyond retention under the current watermark:
-    /// such a line is ignored by [`apply`](Self::apply) and belongs to the late output.
+    /// such a line is ignored by [`apply`](Self::apply) and only counted.
     pub fn is_beyond_retention(&self, event_time_ms: i64) -> bool {
         self.policy.expired(window_start(event_time_ms, self.policy.size_ms), self.watermark())
     }
