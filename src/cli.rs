@@ -83,6 +83,13 @@ pub struct MicrobatchArgs {
     /// Stop after a slice that found no new records.
     #[arg(long)]
     pub exit_when_idle: bool,
+    /// Serve `/metrics` (slice durations, deadline misses, backlog age), `/healthz` and
+    /// `/readyz` here, e.g. `0.0.0.0:9464`.
+    #[arg(long)]
+    pub http_addr: Option<std::net::SocketAddr>,
+    /// Seconds between backlog-age probes (with --http-addr).
+    #[arg(long, default_value_t = 2)]
+    pub backlog_probe_every: u64,
 }
 
 #[derive(Args, Debug)]

@@ -20,18 +20,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use metrics::{counter, gauge, histogram};
 use serde::{Deserialize, Serialize};
 use tidemark_state::{codec, Store, StoreOptions};
 use tidemark_topology::config::{self, Topology};
 use tidemark_topology::dashboard::rfc3339_ms;
 
-use super::batch::range::{Log, PartitionRange, Progress};
+use super::batch::range::{self, Log, PartitionRange};
 use crate::cli::MicrobatchArgs;
 use crate::engine::slice::SliceRunner;
-use crate::engine::{OutputRecord, Sink, SourceRecord, TaskConfig};
+use crate::engine::{OutputRecord, Sink, SourceRecord, Stats, TaskConfig};
 use crate::failpoint;
 use crate::kafka::admin;
 use crate::kafka::sink::OutputSink;
+use crate::telemetry::{backlog, events, http, Progress};
 
 /// The state record holding the slice boundaries.
 const SLICES: &str = "microbatch.slices";
@@ -119,7 +121,24 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         None => None,
     };
 
-    let mut runner = SliceRunner::new(&store, task_config(&topology), topology.max_batch_records, true);
+    let stats = Arc::new(Stats::default());
+    let progress = Arc::new(Progress::default());
+    let mut prober = None;
+    if let Some(addr) = args.http_addr {
+        let handle = events::install()?;
+        let listener = rt.block_on(http::bind(addr)).with_context(|| format!("binding --http-addr {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
+        rt.spawn(http::serve(listener, handle, Arc::clone(&stats), Arc::clone(&progress)));
+        prober = Some(backlog::spawn(
+            &settings,
+            topology.orders.topic.clone(),
+            Arc::clone(&progress),
+            Arc::clone(&stop),
+            Duration::from_secs(args.backlog_probe_every.max(1)),
+        )?);
+    }
+    let mut runner =
+        SliceRunner::new(&store, task_config(&topology), topology.max_batch_records, true, Arc::clone(&stats));
     let mut log = load_log(&store)?;
     let started = Instant::now();
     let mut ran = 0u64;
@@ -131,8 +150,8 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
                 s
             }
             None => {
-                if ran > 0 && !wait_until(started + every.saturating_mul(u32::try_from(ran).unwrap_or(u32::MAX)), &stop)
-                {
+                let next = started + every.saturating_mul(u32::try_from(ran).unwrap_or(u32::MAX));
+                if ran > 0 && !wait_until(next, &stop, &progress) {
                     break;
                 }
                 let slice = plan(&settings, &topology, &mut runner, &log)?;
@@ -143,6 +162,11 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
                 slice
             }
         };
+        for r in &slice.ranges {
+            progress.assigned(r.partition, r.from);
+            progress.high_watermark(r.partition, r.to);
+        }
+        progress.beat();
         failpoint::hit("microbatch.after_plan");
         let t0 = Instant::now();
         let wall = chrono::Utc::now().timestamp_millis();
@@ -158,6 +182,10 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
             sink.flush(&|| {})
         })?;
         failpoint::hit("microbatch.after_commit");
+        for r in &slice.ranges {
+            progress.committed(r.partition, r.to);
+        }
+        progress.beat();
         log = done;
         ran += 1;
         let duration = t0.elapsed();
@@ -188,6 +216,12 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         if let Some(f) = report.as_mut() {
             writeln!(f, "{}", serde_json::to_string(&line)?).context("writing --report")?;
         }
+        histogram!("tidemark_microbatch_slice_seconds").record(duration.as_secs_f64());
+        counter!("tidemark_microbatch_slices_total").increment(1);
+        gauge!("tidemark_microbatch_staleness_bound_seconds").set(staleness.as_secs_f64());
+        if !line.within_deadline {
+            counter!("tidemark_microbatch_deadline_misses_total").increment(1);
+        }
         let idle = counts.records == 0 && slice.ranges.iter().all(|r| r.from == r.to);
         if stop.load(Ordering::Relaxed)
             || (args.max_slices > 0 && ran >= args.max_slices)
@@ -195,6 +229,10 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         {
             break;
         }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(p) = prober {
+        let _ = p.join();
     }
     Ok(())
 }
@@ -209,12 +247,13 @@ fn task_config(t: &Topology) -> TaskConfig {
     }
 }
 
-/// Sleeps until `at`; false when a stop signal came first.
-fn wait_until(at: Instant, stop: &AtomicBool) -> bool {
+/// Sleeps until `at`, beating the liveness heartbeat; false when a stop signal came first.
+fn wait_until(at: Instant, stop: &AtomicBool, progress: &Progress) -> bool {
     while Instant::now() < at {
         if stop.load(Ordering::Relaxed) {
             return false;
         }
+        progress.beat();
         std::thread::sleep(Duration::from_millis(100).min(at.saturating_duration_since(Instant::now())));
     }
     !stop.load(Ordering::Relaxed)
@@ -250,7 +289,7 @@ fn read_slice(
 ) -> anyhow::Result<()> {
     let source = Log::open(settings, &t.orders.topic)?;
     let total = slice.ranges.iter().map(|r| u64::try_from(r.to - r.from).unwrap_or(0)).sum();
-    let mut progress = Progress::new(&format!("microbatch slice {}", slice.number), total);
+    let mut progress = range::Progress::new(&format!("microbatch slice {}", slice.number), total);
     for r in &slice.ranges {
         let from = runner.next_offset(r.partition)?.max(r.from);
         let mut failed = None;

@@ -13,6 +13,7 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use tidemark_state::{CommitBatch, PartitionId, StateError, Store};
 
@@ -38,12 +39,12 @@ pub struct SliceRunner<'s> {
     batch: CommitBatch<'s>,
     out: Vec<OutputRecord>,
     counts: SliceCounts,
-    stats: Stats,
+    stats: Arc<Stats>,
 }
 
 impl<'s> SliceRunner<'s> {
     /// `cfg.sku_partitions` should be 0: slices compute the dashboard and finance rows only.
-    pub fn new(store: &'s Store, cfg: TaskConfig, chunk: usize, coalesce: bool) -> SliceRunner<'s> {
+    pub fn new(store: &'s Store, cfg: TaskConfig, chunk: usize, coalesce: bool, stats: Arc<Stats>) -> SliceRunner<'s> {
         SliceRunner {
             store,
             cfg,
@@ -53,7 +54,7 @@ impl<'s> SliceRunner<'s> {
             batch: store.batch(),
             out: Vec::new(),
             counts: SliceCounts::default(),
-            stats: Stats::default(),
+            stats,
         }
     }
 
@@ -111,10 +112,6 @@ impl<'s> SliceRunner<'s> {
             task.committed(self.store);
         }
         Ok(counts)
-    }
-
-    pub fn stats(&self) -> &Stats {
-        &self.stats
     }
 }
 
@@ -187,7 +184,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let store =
             Store::open(dir.path(), &StoreOptions { owner: "t".into(), ..StoreOptions::default() }).expect("open");
-        let mut runner = SliceRunner::new(&store, cfg(), chunk, coalesce);
+        let mut runner = SliceRunner::new(&store, cfg(), chunk, coalesce, Arc::default());
         let mut published = Vec::new();
         for (n, part) in values.chunks(slice).enumerate() {
             for (i, v) in part.iter().enumerate() {

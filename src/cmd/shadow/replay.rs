@@ -92,7 +92,7 @@ fn replay(
 ) -> anyhow::Result<Published> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path(), &StoreOptions { owner: "shadow".into(), ..StoreOptions::default() })?;
-    let mut runner = SliceRunner::new(&store, cfg.clone(), chunk, coalesce);
+    let mut runner = SliceRunner::new(&store, cfg.clone(), chunk, coalesce, Default::default());
     let per_partition: BTreeMap<i32, Vec<(usize, usize)>> = history.iter().map(|(p, r)| (*p, cuts(r.len()))).collect();
     let rounds = per_partition.values().map(Vec::len).max().unwrap_or(0);
     let mut published = Published::default();
