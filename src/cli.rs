@@ -313,7 +313,8 @@ pub struct BatchDayArgs {
     pub topology: PathBuf,
     #[command(flatten)]
     pub kafka: KafkaArgs,
-    /// The business day, `YYYY-MM-DD` in the topology's `finance.time_zone`.
+    /// The business day, `YYYY-MM-DD` in the topology's `finance.time_zone`, or `today` /
+    /// `yesterday` in that zone (for schedulers).
     #[arg(long)]
     pub business_day: String,
 }

@@ -61,8 +61,7 @@ impl Ctx {
     fn new(args: &BatchDayArgs) -> anyhow::Result<Ctx> {
         let topology = config::load(&args.topology)?;
         let settings = crate::cmd::run::settings(&args.kafka)?;
-        let day = NaiveDate::parse_from_str(&args.business_day, "%Y-%m-%d")
-            .with_context(|| format!("--business-day {}: expected YYYY-MM-DD", args.business_day))?;
+        let day = parse_day(&args.business_day, topology.finance_time_zone, chrono::Utc::now())?;
         Ok(Ctx { topology, settings, day })
     }
 
@@ -72,6 +71,18 @@ impl Ctx {
 
     fn day_text(&self) -> String {
         self.day.to_string()
+    }
+}
+
+/// `YYYY-MM-DD`, or `today` / `yesterday` as dates in the finance time zone at `now` (for
+/// schedulers: a CronJob at 07:30 Tokyo closes `yesterday`).
+fn parse_day(text: &str, tz: chrono_tz::Tz, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<NaiveDate> {
+    let today = now.with_timezone(&tz).date_naive();
+    match text {
+        "today" => Ok(today),
+        "yesterday" => today.pred_opt().context("--business-day yesterday: before the calendar starts"),
+        _ => NaiveDate::parse_from_str(text, "%Y-%m-%d")
+            .with_context(|| format!("--business-day {text}: expected YYYY-MM-DD, today or yesterday")),
     }
 }
 
@@ -397,4 +408,19 @@ fn check_staged(
         problems.push(format!("{} records read from {span} offsets", fold.tally().records));
     }
     Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yesterday_is_the_day_before_today_in_the_finance_time_zone() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-29T16:30:00Z").expect("time").to_utc();
+        let tokyo = chrono_tz::Asia::Tokyo;
+        assert_eq!(parse_day("today", tokyo, now).expect("day").to_string(), "2026-11-30");
+        assert_eq!(parse_day("yesterday", tokyo, now).expect("day").to_string(), "2026-11-29");
+        assert_eq!(parse_day("yesterday", chrono_tz::UTC, now).expect("day").to_string(), "2026-11-28");
+        assert!(parse_day("2026-13-01", tokyo, now).is_err());
+    }
 }
