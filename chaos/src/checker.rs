@@ -5,7 +5,8 @@
 //! - every key is acknowledged (2xx or 409) at least once; POSTs after the first
 //!   acknowledgement are duplicates, counted, and allowed only for actions in flight at a
 //!   crash (at most `max_in_flight` per crash) or after a state directory was wiped;
-//! - the final value of every compacted dashboard key equals the clean run's, byte for byte;
+//! - the final value of every compacted dashboard and provisional finance key equals the
+//!   clean run's, byte for byte;
 //! - nothing is lost: the dead letters are exactly the records the shared normaliser
 //!   rejects, and the dashboard totals equal a recomputation from the log (dedup by
 //!   event id, money per store and currency).
@@ -36,6 +37,7 @@ pub struct RunOutputs {
     /// Idempotency key → every POST made with it, in arrival order.
     pub actions: BTreeMap<String, Vec<Post>>,
     pub dashboard: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub finance: BTreeMap<Vec<u8>, Vec<u8>>,
     pub dead_letters: BTreeSet<(i32, i64)>,
     pub late: usize,
 }
@@ -47,10 +49,14 @@ pub fn collect(
     topics: &RunTopics,
     actions: BTreeMap<String, Vec<Post>>,
 ) -> anyhow::Result<RunOutputs> {
-    let mut dashboard = BTreeMap::new();
-    for m in read_topic(settings, &topics.dashboard)? {
-        dashboard.insert(m.key().unwrap_or_default().to_vec(), m.payload().unwrap_or_default().to_vec());
-    }
+    let latest = |topic: &str| -> anyhow::Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+        Ok(read_topic(settings, topic)?
+            .iter()
+            .map(|m| (m.key().unwrap_or_default().to_vec(), m.payload().unwrap_or_default().to_vec()))
+            .collect())
+    };
+    let dashboard = latest(&topics.dashboard)?;
+    let finance = latest(&topics.finance)?;
     let mut dead_letters = BTreeSet::new();
     for m in read_topic(settings, &topics.dead_letter)? {
         let header = |name: &str| -> Option<String> {
@@ -68,7 +74,7 @@ pub fn collect(
         }
     }
     let late = read_topic(settings, &topics.late)?.len();
-    Ok(RunOutputs { actions, dashboard, dead_letters, late })
+    Ok(RunOutputs { actions, dashboard, finance, dead_letters, late })
 }
 
 /// Ground truth from the log: rejected coordinates and dashboard totals.
@@ -129,6 +135,8 @@ pub struct ScenarioReport {
     pub allowed_duplicate_posts: usize,
     pub dashboard_keys: usize,
     pub dashboard_mismatches: usize,
+    pub finance_keys: usize,
+    pub finance_mismatches: usize,
     pub dead_letters_missing: usize,
     pub dead_letters_unexpected: usize,
     pub late_records: usize,
@@ -171,6 +179,10 @@ pub fn check(
     let keys: BTreeSet<&Vec<u8>> = reference.dashboard.keys().chain(faulty.dashboard.keys()).collect();
     report.dashboard_mismatches =
         keys.into_iter().filter(|k| reference.dashboard.get(*k) != faulty.dashboard.get(*k)).count();
+    report.finance_keys = reference.finance.len();
+    let keys: BTreeSet<&Vec<u8>> = reference.finance.keys().chain(faulty.finance.keys()).collect();
+    report.finance_mismatches =
+        keys.into_iter().filter(|k| reference.finance.get(*k) != faulty.finance.get(*k)).count();
     let (rejected, totals) = expected;
     report.dead_letters_missing = rejected.difference(&faulty.dead_letters).count();
     report.dead_letters_unexpected = faulty.dead_letters.difference(rejected).count();
@@ -181,6 +193,8 @@ pub fn check(
         && report.wrong.is_empty()
         && report.duplicate_posts <= report.allowed_duplicate_posts
         && report.dashboard_mismatches == 0
+        && report.finance_keys > 0
+        && report.finance_mismatches == 0
         && report.dead_letters_missing == 0
         && report.dead_letters_unexpected == 0
         && report.totals_match;

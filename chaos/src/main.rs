@@ -34,6 +34,9 @@ struct Args {
     /// The tidemark binary (default: $CARGO_TARGET_DIR/release/tidemark).
     #[arg(long)]
     bin: Option<PathBuf>,
+    /// Run only the scenario of this name (its seed stays the one it has in the profile).
+    #[arg(long)]
+    only: Option<String>,
     /// Where the JSON report goes.
     #[arg(long, default_value = "chaos/results/report.json")]
     report: PathBuf,
@@ -76,10 +79,13 @@ fn run() -> anyhow::Result<bool> {
             other => anyhow::bail!("--profile {other}: expected short or soak"),
         };
         for (i, sc) in scenarios.iter().enumerate() {
+            if args.only.as_deref().is_some_and(|name| name != sc.name) {
+                continue;
+            }
             let seed = args.seed + 100 * round + i as u64;
             let r = scenario::run(&env, sc, seed);
             eprintln!(
-                "[chaos] {} seed {}: {} (kills {}, actions {}, lost {}, wrong {}, duplicate POSTs {}/{} allowed, dashboard mismatches {}, dead letters missing/unexpected {}/{}, totals {})",
+                "[chaos] {} seed {}: {} (kills {}, actions {}, lost {}, wrong {}, duplicate POSTs {}/{} allowed, dashboard/finance mismatches {}/{}, dead letters missing/unexpected {}/{}, totals {})",
                 r.scenario,
                 r.seed,
                 if r.passed { "PASS" } else { "FAIL" },
@@ -90,6 +96,7 @@ fn run() -> anyhow::Result<bool> {
                 r.duplicate_posts,
                 r.allowed_duplicate_posts,
                 r.dashboard_mismatches,
+                r.finance_mismatches,
                 r.dead_letters_missing,
                 r.dead_letters_unexpected,
                 if r.totals_match { "match" } else { "DIFFER" }

@@ -1,4 +1,4 @@
-//! One `tidemark run` process standing in for a StatefulSet pod.
+//! One `tidemark run` (or `tidemark microbatch`) process standing in for a StatefulSet pod.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -21,6 +21,8 @@ pub struct Pod {
     pub restarts: u32,
     /// `--replicas` (static partition ownership by ordinal), as the Helm chart runs it.
     pub replicas: usize,
+    /// Runs `tidemark microbatch` (slices every 300 ms) instead of the stream.
+    pub microbatch: bool,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -48,6 +50,7 @@ impl Pod {
             child: None,
             restarts: 0,
             replicas: 1,
+            microbatch: false,
         })
     }
 
@@ -58,13 +61,17 @@ impl Pod {
         }
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         let mut cmd = Command::new(&self.bin);
-        cmd.args(["run", "--bootstrap", &self.bootstrap, "--group", &self.group, "--instance-id", &self.name])
-            .arg("--topology")
+        if self.microbatch {
+            cmd.args(["microbatch", "--bootstrap", &self.bootstrap, "--every", "300ms"]);
+        } else {
+            cmd.args(["run", "--bootstrap", &self.bootstrap, "--group", &self.group, "--instance-id", &self.name])
+                .args(["--replicas", &self.replicas.to_string()]);
+        }
+        cmd.arg("--topology")
             .arg(&self.topology)
             .arg("--state-dir")
             .arg(&self.state_dir)
             .args(["--http-addr", &format!("127.0.0.1:{}", self.port), "--backlog-probe-every", "1"])
-            .args(["--replicas", &self.replicas.to_string()])
             .env("TIDEMARK_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log);

@@ -25,6 +25,10 @@ pub const FAILPOINTS: [&str; 5] = [
     "dispatch.after_ack_before_mark",
 ];
 
+/// Every failpoint of `tidemark microbatch`.
+pub const MICROBATCH_FAILPOINTS: [&str; 3] =
+    ["microbatch.after_plan", "microbatch.before_flush", "microbatch.after_commit"];
+
 /// The dispatcher's concurrency: the most POSTs one crash can leave unrecorded.
 const MAX_IN_FLIGHT: usize = 32;
 
@@ -50,6 +54,9 @@ pub enum Fault {
 pub struct Scenario {
     pub name: &'static str,
     pub pods: usize,
+    /// The faulty pods run `tidemark microbatch` (the reference is still the stream): its
+    /// dashboard and finance rows must equal the stream's; it sends no actions.
+    pub microbatch: bool,
     pub faults: Vec<Fault>,
     pub events: u64,
 }
@@ -63,36 +70,72 @@ pub struct Env {
 
 pub fn short_profile() -> Vec<Scenario> {
     vec![
-        Scenario { name: "random-sigkills", pods: 2, faults: vec![Fault::RandomKills(3)], events: 6000 },
-        Scenario { name: "every-failpoint", pods: 1, faults: vec![Fault::Failpoints], events: 6000 },
+        Scenario {
+            name: "random-sigkills",
+            microbatch: false,
+            pods: 2,
+            faults: vec![Fault::RandomKills(3)],
+            events: 6000,
+        },
+        Scenario { name: "every-failpoint", microbatch: false, pods: 1, faults: vec![Fault::Failpoints], events: 6000 },
         Scenario {
             name: "endpoint-chaos-and-log-replayed",
+            microbatch: false,
             pods: 1,
             faults: vec![Fault::EndpointChaos, Fault::AppendTwice],
             events: 6000,
         },
         Scenario {
             name: "broker-kill-and-sigterm-cycles",
+            microbatch: false,
             pods: 1,
             faults: vec![Fault::BrokerRestart, Fault::SigtermCycles(2)],
             events: 6000,
         },
-        Scenario { name: "state-directory-wiped", pods: 1, faults: vec![Fault::WipeState], events: 4000 },
+        Scenario {
+            name: "state-directory-wiped",
+            microbatch: false,
+            pods: 1,
+            faults: vec![Fault::WipeState],
+            events: 4000,
+        },
+        Scenario {
+            name: "microbatch-kills-and-failpoints",
+            microbatch: true,
+            pods: 1,
+            faults: vec![Fault::RandomKills(3), Fault::Failpoints, Fault::AppendTwice],
+            events: 6000,
+        },
     ]
 }
 
 pub fn soak_profile(round: u64) -> Vec<Scenario> {
     let kills = 5 + u32::try_from(round % 10).unwrap_or(0);
     vec![
-        Scenario { name: "soak-random-sigkills", pods: 3, faults: vec![Fault::RandomKills(kills)], events: 20_000 },
+        Scenario {
+            name: "soak-random-sigkills",
+            microbatch: false,
+            pods: 3,
+            faults: vec![Fault::RandomKills(kills)],
+            events: 20_000,
+        },
+        Scenario {
+            name: "soak-microbatch",
+            microbatch: true,
+            pods: 1,
+            faults: vec![Fault::RandomKills(kills), Fault::Failpoints, Fault::BrokerRestart, Fault::AppendTwice],
+            events: 20_000,
+        },
         Scenario {
             name: "soak-failpoints",
+            microbatch: false,
             pods: 2,
             faults: vec![Fault::Failpoints, Fault::RandomKills(3)],
             events: 20_000,
         },
         Scenario {
             name: "soak-everything",
+            microbatch: false,
             pods: 2,
             faults: vec![
                 Fault::EndpointChaos,
@@ -127,9 +170,11 @@ fn settle(pods: &mut [Pod], server: &TestServer, quiet: Duration, limit: Duratio
             last = (n, Instant::now());
         }
         let calm = pods.iter().all(|p| {
+            // A micro-batch job has no outbox.
+            let no_outbox = if p.microbatch { 0.0 } else { 1.0 };
             p.metrics().is_some_and(|page| {
                 metric_sum(&page, "tidemark_consumer_lag_records") == Some(0.0)
-                    && metric_sum(&page, "tidemark_outbox_pending").unwrap_or(1.0) == 0.0
+                    && metric_sum(&page, "tidemark_outbox_pending").unwrap_or(no_outbox) == 0.0
             })
         });
         if calm && last.1.elapsed() >= quiet {
@@ -203,6 +248,7 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
 
     let mut faulty = pods(env, sc.pods, &faulty_topo, &format!("f{seed}"))?;
     for p in faulty.iter_mut() {
+        p.microbatch = sc.microbatch;
         p.start(None)?;
     }
     let (bin, b, t, events) = (env.bin.clone(), bootstrap.clone(), faulty_topics.clone(), sc.events);
@@ -244,8 +290,10 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     reference[0].sigterm(Duration::from_secs(30))?;
 
     report.allowed_duplicate_posts += report.kills as usize * MAX_IN_FLIGHT;
-    let reference_out = checker::collect(&settings, &reference_topics, actions_of(&reference_server))?;
-    let faulty_out = checker::collect(&settings, &faulty_topics, actions_of(&faulty_server))?;
+    // Micro-batch computes no actions: only its rows are compared.
+    let actions = |s: &TestServer| if sc.microbatch { BTreeMap::new() } else { actions_of(s) };
+    let reference_out = checker::collect(&settings, &reference_topics, actions(&reference_server))?;
+    let faulty_out = checker::collect(&settings, &faulty_topics, actions(&faulty_server))?;
     let expected = checker::expectations(&settings, &faulty_topics.orders)?;
     checker::check(report, &reference_out, &faulty_out, &expected);
     Ok(())
@@ -276,7 +324,8 @@ fn inject(
             }
         }
         Fault::Failpoints => {
-            for fp in FAILPOINTS {
+            let points: &[&str] = if pods[0].microbatch { &MICROBATCH_FAILPOINTS } else { &FAILPOINTS };
+            for fp in points {
                 let at = rng.gen_range(1..4);
                 let pod = &mut pods[0];
                 pod.sigkill()?;
