@@ -76,3 +76,190 @@ metrics Service, so Prometheus labels the targets job="<metrics Service>", names
 {{- printf "job=%q, namespace=%q" (include "tidemark.metricsServiceName" .) .Release.Namespace }}
 {{- end }}
 {{- end }}
+
+{{/*
+Workloads. Every pod carries app.kubernetes.io/component: "stream" (the `tidemark run`
+StatefulSet), "microbatch" or "finance-close", and the stream's Services, PDB and
+anti-affinity select component=stream, so they never pick up a micro-batch or close pod.
+The stream StatefulSet's own spec.selector stays tidemark.selectorLabels (immutable); the
+other pods are owned by their own controllers, which a StatefulSet never adopts from.
+*/}}
+{{- define "tidemark.streamSelectorLabels" -}}
+{{ include "tidemark.selectorLabels" . }}
+app.kubernetes.io/component: stream
+{{- end }}
+
+{{- define "tidemark.microbatchSelectorLabels" -}}
+{{ include "tidemark.selectorLabels" . }}
+app.kubernetes.io/component: microbatch
+{{- end }}
+
+{{- define "tidemark.microbatchName" -}}
+{{- printf "%s-microbatch" (include "tidemark.fullname" .) }}
+{{- end }}
+
+{{- define "tidemark.financeCloseName" -}}
+{{- printf "%s-finance-close" (include "tidemark.fullname" .) }}
+{{- end }}
+
+{{/*
+Pod template annotation: roll the pods when the topology changes.
+*/}}
+{{- define "tidemark.topologyChecksum" -}}
+checksum/topology: {{ include (print $.Template.BasePath "/configmap-topology.yaml") . | sha256sum }}
+{{- end }}
+
+{{/*
+Pod spec fields shared by every tidemark pod: ServiceAccount, pull secrets, priority, pod
+security context.
+*/}}
+{{- define "tidemark.podCommon" -}}
+serviceAccountName: {{ include "tidemark.serviceAccountName" . }}
+automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{/*
+Node selector and tolerations of every tidemark pod.
+*/}}
+{{- define "tidemark.podPlacement" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Image of every tidemark container.
+*/}}
+{{- define "tidemark.containerImage" -}}
+image: {{ include "tidemark.image" . | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- end }}
+
+{{/*
+Kafka client settings on the command line: the mounted properties file, when a Secret is set.
+*/}}
+{{- define "tidemark.kafkaArgs" -}}
+{{- if .Values.kafka.clientConfig.existingSecret }}
+- --kafka-config
+- /etc/tidemark/kafka/client.properties
+{{- end }}
+{{- end }}
+
+{{/*
+Environment shared by every tidemark container: the bootstrap servers, the log filter and
+values.extraEnv (last).
+*/}}
+{{- define "tidemark.commonEnv" -}}
+- name: TIDEMARK_BOOTSTRAP
+  value: {{ .Values.kafka.bootstrap | quote }}
+- name: TIDEMARK_LOG
+  value: {{ .Values.logLevel | quote }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Volume mounts shared by every tidemark container: the topology ConfigMap, /tmp, and the
+Kafka client Secret (all read-only but /tmp).
+*/}}
+{{- define "tidemark.commonVolumeMounts" -}}
+- name: topology
+  mountPath: /etc/tidemark/topology
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.kafka.clientConfig.existingSecret }}
+- name: kafka-client
+  mountPath: /etc/tidemark/kafka
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+The volumes behind tidemark.commonVolumeMounts.
+*/}}
+{{- define "tidemark.commonVolumes" -}}
+- name: topology
+  configMap:
+    name: {{ include "tidemark.fullname" . }}-topology
+    items:
+      - key: topology.toml
+        path: topology.toml
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- with .Values.kafka.clientConfig.existingSecret }}
+- name: kafka-client
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+    items:
+      - key: {{ $.Values.kafka.clientConfig.key }}
+        path: client.properties
+      {{- range $.Values.kafka.clientConfig.extraKeys }}
+      - key: {{ . }}
+        path: {{ . }}
+      {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+An HTTP probe on the port named http. Argument: dict "path" PATH "probe" VALUES (periodSeconds,
+timeoutSeconds, failureThreshold, optional initialDelaySeconds).
+*/}}
+{{- define "tidemark.httpProbe" -}}
+httpGet:
+  path: {{ .path }}
+  port: http
+{{- if hasKey .probe "initialDelaySeconds" }}
+initialDelaySeconds: {{ .probe.initialDelaySeconds }}
+{{- end }}
+periodSeconds: {{ .probe.periodSeconds }}
+timeoutSeconds: {{ .probe.timeoutSeconds }}
+failureThreshold: {{ .probe.failureThreshold }}
+{{- end }}
+
+{{/*
+A RocksDB state volume claim template named "state". Argument: dict "p" PERSISTENCE-VALUES
+"labels" SELECTOR-LABELS-YAML.
+*/}}
+{{- define "tidemark.stateClaim" -}}
+- apiVersion: v1
+  kind: PersistentVolumeClaim
+  metadata:
+    name: state
+    labels:
+      {{- .labels | nindent 6 }}
+    {{- with .p.annotations }}
+    annotations:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+  spec:
+    accessModes:
+      {{- toYaml .p.accessModes | nindent 6 }}
+    {{- if .p.storageClass }}
+    {{- if eq "-" .p.storageClass }}
+    storageClassName: ""
+    {{- else }}
+    storageClassName: {{ .p.storageClass | quote }}
+    {{- end }}
+    {{- end }}
+    resources:
+      requests:
+        storage: {{ .p.size | quote }}
+{{- end }}
