@@ -21,7 +21,7 @@
 # tidemark: /metrics sampled every second (bench/lib/sampler.py); Kafka Streams: its
 # dispatcher's per-second HdrHistogram percentiles (`--latency-out`); backlog age is only
 # available for tidemark.
-# Output: bench/results/spike.json, bench/results/spike.png.
+# Output: bench/results/${NAME:-spike}.json and .png (NAME env), raw samples in bench/results/raw/.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 BASE="${1:-20000}"; PRE_S="${2:-60}"; SPIKE_S="${3:-60}"; POST_S="${4:-60}"; FACTOR="${5:-10}"
@@ -99,11 +99,11 @@ PY
 for s in $SYSTEMS; do run_spike "$s"; done
 KS_ARGS=()
 for s in $SYSTEMS; do case "$s" in ks-*)
-  KS_ARGS=(--ks-latency "$WORK/$s.latency.jsonl" --ks-gen "$WORK/$s.gen.log" --ks-t0 "$(cat "$WORK/$s.t0")" --ks-marks "$(cat "$WORK/$s.marks")" --ks-samples "$WORK/$s.samples.jsonl" --ks-events "$EVENTS");
+  KS_ARGS=(--ks-latency "$WORK/$s.latency.jsonl" --ks-gen "$WORK/$s.gen.log" --ks-t0 "$(cat "$WORK/$s.t0")" --ks-marks "$(cat "$WORK/$s.marks")" --ks-samples "$WORK/$s.samples.jsonl");
   KS_SYS=$s;;
 esac; done
 META=$(python3 -c "import json,sys; print(json.dumps({'title': sys.argv[1], 'args': json.loads(sys.argv[2]), 'machine': json.loads(sys.argv[3]), 'systems': sys.argv[4].split(), 'actions_received': sum(1 for _ in open(sys.argv[5]))}))" \
   "base ${BASE}/s, ${SPIKE_S}s at ×${FACTOR} (requested), ${EVENT_BYTES:-1024} B events" "$ARGS_JSON" "$MACHINE" "$SYSTEMS" "$WORK/actions.jsonl")
-python3 "$BENCH/lib/timeseries.py" spike "$RESULTS/spike.json" "$RESULTS/spike.png" --samples "$WORK/tidemark.samples.jsonl" \
+python3 "$BENCH/lib/timeseries.py" spike "$RESULTS/${NAME:-spike}.json" "$RESULTS/${NAME:-spike}.png" --samples "$WORK/tidemark.samples.jsonl" \
   --gen "$WORK/tidemark.gen.log" --t0 "$(cat "$WORK/tidemark.t0")" --marks "$(cat "$WORK/tidemark.marks")" --meta "$META" "${KS_ARGS[@]}"
 mkdir -p "$RESULTS/raw"; tar czf "$RESULTS/raw/$TAG.tgz" -C "$WORK" $(cd "$WORK" && ls *.jsonl *.log *.marks *.t0 2>/dev/null | grep -v '^actions.jsonl$') 2>/dev/null || true
