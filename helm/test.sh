@@ -2,7 +2,9 @@
 # Validates the tidemark Helm chart (helm/tidemark) offline:
 #   helm lint (default values, helm/ci-values.yaml, and values the schema must reject),
 #   helm template, kubeconform -strict against Kubernetes and Prometheus Operator JSON
-#   schemas generated locally, chart contract checks, promtool check/test rules on the
+#   schemas generated locally, chart contract checks (incl. the optional micro-batch
+#   StatefulSet and finance close CronJob, both on in helm/ci-values.yaml), the flags the chart
+#   passes checked against `tidemark <command> --help`, promtool check/test rules on the
 #   PrometheusRule, the Grafana dashboard JSON, and the metric names used by both against
 #   helm/metric-names.txt.
 # Idempotent. First run: builds helm, kubeconform and promtool from the Go module proxy
@@ -153,20 +155,54 @@ check "schema rejects securityContext.runAsNonRoot=false" lint_rejects --set sec
 check "schema rejects an empty kafka.bootstrap"          lint_rejects --set kafka.bootstrap=
 check "schema rejects terminationGracePeriodSeconds=5"   lint_rejects --set terminationGracePeriodSeconds=5
 check "schema rejects a bad scrape interval"             lint_rejects --set serviceMonitor.interval=often
+check "schema rejects microbatch.every=often (not a duration)" lint_rejects --set microbatch.every=often
+check "schema rejects microbatch.deadline=0s (zero)"      lint_rejects --set microbatch.deadline=0s
+check "schema rejects financeClose.grace=7 (not a string)" lint_rejects --set financeClose.grace=7
+check "schema rejects a 4-field financeClose.schedule"   lint_rejects --set-string "financeClose.schedule=30 7 * *"
+check "schema rejects CRON_TZ= in financeClose.schedule"  lint_rejects --set-string "financeClose.schedule=CRON_TZ=UTC 30 22 * * *"
+check "schema rejects an unknown microbatch key"          lint_rejects --set microbatch.replicas=2
+check "schema rejects podLabels app.kubernetes.io/component" lint_rejects --set podLabels.app\\.kubernetes\\.io/component=x
 
 # render OUT [helm args...]: helm template into OUT (release "tidemark").
 render() { local out=$1; shift; "$HELM" template tidemark "$CHART" --namespace "$NAMESPACE" "${KV[@]}" "$@" >"$out"; }
 check "helm template (default values)" render "$DEF"
 check "helm template (ci-values.yaml)" render "$CI" -f "$CIV"
+# The finance close without a CronJob timeZone: the schedule is then in the controller's zone
+# (UTC assumed by the contract check): 22:30 UTC = 07:30 Tokyo.
+UTCV="$WORK/utc-close-values.yaml"; UTC="$WORK/utc-close.yaml"
+printf 'financeClose:\n  timeZone: ""\n  schedule: "30 22 * * *"\n' >"$UTCV"
+check "helm template (ci-values.yaml, finance close without timeZone)" render "$UTC" -f "$CIV" -f "$UTCV"
 
 kc() { "$KUBECONFORM" -strict -summary -output text -schema-location "$SCHEMA_LOCATION" "$@"; }
 check "kubeconform -strict (default values)" kc "$DEF"
-check "kubeconform -strict (ci-values.yaml, incl. ServiceMonitor/PrometheusRule)" kc "$CI"
+check "kubeconform -strict (ci-values.yaml, incl. ServiceMonitor/PrometheusRule, micro-batch, finance close)" kc "$CI"
+check "kubeconform -strict (finance close without timeZone)" kc "$UTC"
 sed 's/^  podManagementPolicy:/  podManagmentPolicy:/' "$CI" > "$WORK/typo.yaml"
 check_fails "kubeconform rejects a misspelt field (schemas are strict)" kc "$WORK/typo.yaml"
 
 check "chart contract (default values)" python3 "$HERE/tools/check_chart.py" rendered "$DEF" "$CHART/values.yaml"
 check "chart contract (ci-values.yaml)" python3 "$HERE/tools/check_chart.py" rendered "$CI" "$CHART/values.yaml" "$CIV"
+check "chart contract (finance close without timeZone)" python3 "$HERE/tools/check_chart.py" rendered "$UTC" "$CHART/values.yaml" "$CIV" "$UTCV"
+# mutate RENDERED OUT PYTHON: applies PYTHON (on the list of documents `docs`) to a rendering.
+mutate() {
+  python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+exec(sys.argv[3])
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))' "$1" "$2" "$3"
+}
+contract_of() { python3 "$HERE/tools/check_chart.py" rendered "$1" "$CHART/values.yaml" "$CIV"; }
+check_fails "chart contract catches a PDB that also selects the micro-batch pod" bash -c "$(declare -f mutate contract_of); HERE='$HERE' CHART='$CHART' CIV='$CIV';
+  mutate '$CI' '$WORK/m1.yaml' '[d[\"spec\"][\"selector\"][\"matchLabels\"].pop(\"app.kubernetes.io/component\") for d in docs if d[\"kind\"] == \"PodDisruptionBudget\"]' && contract_of '$WORK/m1.yaml'"
+check_fails "chart contract catches a stream Service that selects the micro-batch pod" bash -c "$(declare -f mutate contract_of); HERE='$HERE' CHART='$CHART' CIV='$CIV';
+  mutate '$CI' '$WORK/m2.yaml' '[d[\"spec\"][\"selector\"].pop(\"app.kubernetes.io/component\") for d in docs if d[\"kind\"] == \"Service\" and d[\"metadata\"][\"name\"].endswith(\"-headless\")]' && contract_of '$WORK/m2.yaml'"
+check_fails "chart contract catches a CronJob without concurrencyPolicy Forbid" bash -c "
+  sed 's/concurrencyPolicy: Forbid/concurrencyPolicy: Allow/' '$CI' > '$WORK/m3.yaml' &&
+  python3 '$HERE/tools/check_chart.py' rendered '$WORK/m3.yaml' '$CHART/values.yaml' '$CIV'"
+check_fails "chart contract catches a close scheduled before its cutoff (06:30 Tokyo, grace 7h)" bash -c "
+  printf 'financeClose:\n  schedule: \\\"30 6 * * *\\\"\n' > '$WORK/early.yaml' &&
+  '$HELM' template tidemark '$CHART' --namespace '$NAMESPACE' ${KV[*]} -f '$CIV' -f '$WORK/early.yaml' > '$WORK/m4.yaml' &&
+  python3 '$HERE/tools/check_chart.py' rendered '$WORK/m4.yaml' '$CHART/values.yaml' '$CIV' '$WORK/early.yaml'"
 check "values.yaml documents every key" python3 "$HERE/tools/check_chart.py" values-doc "$CHART/values.yaml"
 if [ -f "$ROOT/topology/examples/orders.toml" ]; then
   check "default topology = topology/examples/orders.toml" python3 -c '
@@ -199,8 +235,11 @@ if [ -n "$TM" ] && [ -s "$DEF" ] && [ -s "$CI" ]; then
   extract_topology "$DEF" "$WORK/default.toml"; extract_topology "$CI" "$WORK/ci.toml"
   check "tidemark validate (default topology)" "$TM" validate "$WORK/default.toml"
   check "tidemark validate (ci-values topology)" "$TM" validate "$WORK/ci.toml"
+  check "tidemark accepts every flag the chart passes (run, microbatch, batch close)" \
+    python3 "$HERE/tools/check_chart.py" flags "$CI" "$TM"
 else
   skip "tidemark validate of the rendered topologies (no tidemark binary; set TIDEMARK_BIN)"
+  skip "tidemark accepts every flag the chart passes (no tidemark binary; set TIDEMARK_BIN)"
 fi
 
 # Alert rules: names, label values, then promtool (or the Python fallback).

@@ -6,15 +6,26 @@
       rendered with the given values files (later files override earlier ones): the
       StatefulSet (volumeClaimTemplates, Parallel, grace period, command line, env, probes,
       security context, /tmp emptyDir, Secret mounts), the Services, the ConfigMaps (no
-      secrets in them), the PodDisruptionBudget and the optional monitoring resources.
+      secrets in them), the PodDisruptionBudget and the optional monitoring resources; the
+      optional micro-batch StatefulSet (its own volume, command line, probes, scraped, never
+      selected by the stream's Services/PDB) and finance close CronJob (--business-day
+      yesterday, concurrencyPolicy Forbid, a schedule after the cutoff).
+
+  check_chart.py flags RENDERED.yaml TIDEMARK
+      Every --flag the rendered containers pass to tidemark is listed by
+      `TIDEMARK <subcommand> --help`.
 
   check_chart.py values-doc VALUES.yaml
       Every key in VALUES.yaml has a comment line right above it (block scalars skipped).
 
 Exit 1 on any failure.
 """
+import datetime
 import re
+import subprocess
 import sys
+import tomllib
+import zoneinfo
 
 import yaml
 
@@ -45,8 +56,9 @@ def rendered(path, values_files):
     print(f"  rendered kinds: {', '.join(f'{k} x{len(v)}' for k, v in sorted(by_kind.items()))}")
     check("Secret" not in by_kind, "the chart must not create Secrets (existing Secret names only)")
 
-    sts_list = by_kind.get("StatefulSet", [])
-    check(len(sts_list) == 1, "exactly one StatefulSet")
+    component = lambda d: d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+    sts_list = [d for d in by_kind.get("StatefulSet", []) if component(d) == "stream"]
+    check(len(sts_list) == 1, "exactly one StatefulSet with pods labelled app.kubernetes.io/component: stream")
     if not sts_list:
         return
     sts = sts_list[0]
@@ -66,7 +78,8 @@ def rendered(path, values_files):
             check("storageClassName" not in vct[0]["spec"], "no storageClassName when empty (cluster default)")
     tgp = pod.get("terminationGracePeriodSeconds")
     check(tgp == values["terminationGracePeriodSeconds"] and tgp >= 30, "terminationGracePeriodSeconds from values, >= 30")
-    headless = [s for s in by_kind.get("Service", []) if s["spec"].get("clusterIP") == "None"]
+    headless = [s for s in by_kind.get("Service", []) if s["spec"].get("clusterIP") == "None"
+                and s["spec"]["selector"].get("app.kubernetes.io/component") == "stream"]
     check(len(headless) == 1 and spec.get("serviceName") == headless[0]["metadata"]["name"],
           "serviceName is the headless Service")
     metrics = [s for s in by_kind.get("Service", []) if s["spec"].get("clusterIP") != "None"]
@@ -101,15 +114,7 @@ def rendered(path, values_files):
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         g = c.get(probe, {}).get("httpGet", {})
         check(g.get("path") == path and g.get("port") in ("http", port), f"{probe} GET {path} on the HTTP port")
-    sc = c.get("securityContext", {})
-    psc = pod.get("securityContext", {})
-    check(sc.get("runAsNonRoot") is True and sc.get("runAsUser") == 10001, "container runs as non-root UID 10001")
-    check(sc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem")
-    check(sc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation false")
-    check(sc.get("capabilities", {}).get("drop") == ["ALL"], "capabilities drop ALL")
-    check(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault" or
-          sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", "seccomp RuntimeDefault")
-    check(c.get("resources", {}).get("requests"), "resource requests set")
+    container_basics(c, pod, "stream")
     mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
     vols = {v["name"]: v for v in pod.get("volumes", [])}
     check(mounts.get("/var/lib/tidemark", {}).get("name") == "state", "state volume at /var/lib/tidemark")
@@ -147,7 +152,8 @@ def rendered(path, values_files):
         check(len(pdbs) == 1 and pdbs[0]["spec"].get("maxUnavailable") == values["podDisruptionBudget"]["maxUnavailable"],
               "PodDisruptionBudget maxUnavailable from values")
         if pdbs:
-            check(pdbs[0]["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"], "PDB selects the pods")
+            check(matches(pdbs[0]["spec"]["selector"]["matchLabels"], spec["template"]["metadata"]["labels"]),
+                  "PDB selects the stream's pods")
     for kind, key in (("ServiceMonitor", "serviceMonitor"), ("PrometheusRule", "prometheusRule")):
         objs = by_kind.get(kind, [])
         if values[key]["enabled"]:
@@ -162,6 +168,209 @@ def rendered(path, values_files):
               "ServiceMonitor selects the metrics Service")
         hl = headless[0]["metadata"]["labels"] if headless else {}
         check(not all(hl.get(k) == v for k, v in sel.items()), "ServiceMonitor does not also select the headless Service")
+
+    workloads(values, by_kind, sts, topo, vols, mounts)
+
+
+def matches(selector, labels):
+    """An equality-based selector (matchLabels / Service selector) selects these labels."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def minutes(text):
+    """A humantime duration of h/m/s parts, in minutes (None when it has other units)."""
+    total, rest = 0.0, text.replace(" ", "")
+    for num, unit in re.findall(r"(\d+)(h|m|s)", rest):
+        total += int(num) * {"h": 60, "m": 1, "s": 1 / 60}[unit]
+    return total if re.fullmatch(r"(\d+(h|m|s))+", rest) else None
+
+
+def workloads(values, by_kind, sts, topo_vol, stream_vols, stream_mounts):
+    """The optional micro-batch StatefulSet and finance close CronJob."""
+    stream_pod = sts["spec"]["template"]
+    stream_c = stream_pod["spec"]["containers"][0]
+    port = values["http"]["port"]
+    kafka_secret = values["kafka"]["clientConfig"]["existingSecret"]
+    topology = tomllib.loads(values["topology"])
+    stream_labels = stream_pod["metadata"]["labels"]
+
+    def pod_common(pod_spec, c, what, state):
+        """Same image, topology ConfigMap, Kafka settings and Secret as the stream."""
+        container_basics(c, pod_spec, what)
+        check(c.get("image") == stream_c.get("image"), f"{what}: the stream's image")
+        check(pod_spec.get("serviceAccountName") == stream_pod["spec"].get("serviceAccountName"),
+              f"{what}: the stream's ServiceAccount")
+        env = {e["name"]: e for e in c.get("env", [])}
+        check(env.get("TIDEMARK_BOOTSTRAP", {}).get("value") == values["kafka"]["bootstrap"],
+              f"{what}: TIDEMARK_BOOTSTRAP from values")
+        check("TIDEMARK_INSTANCE_ID" not in env, f"{what}: no TIDEMARK_INSTANCE_ID (not a group member)")
+        cmd = c.get("command", []) + c.get("args", [])
+        check(("--kafka-config" in cmd) == bool(kafka_secret), f"{what}: --kafka-config exactly when the Kafka Secret is set")
+        if "--kafka-config" in cmd:
+            check(cmd[cmd.index("--kafka-config") + 1] == "/etc/tidemark/kafka/client.properties", f"{what}: --kafka-config path")
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        vols = {v["name"]: v for v in pod_spec.get("volumes", [])}
+        topo = vols.get(mounts.get("/etc/tidemark/topology", {}).get("name", ""), {})
+        check(topo.get("configMap") == topo_vol.get("configMap"), f"{what}: the stream's topology ConfigMap")
+        check("emptyDir" in vols.get(mounts.get("/tmp", {}).get("name", ""), {}), f"{what}: emptyDir at /tmp")
+        if kafka_secret:
+            kv = vols.get(mounts.get("/etc/tidemark/kafka", {}).get("name", ""), {})
+            sv = stream_vols.get(stream_mounts.get("/etc/tidemark/kafka", {}).get("name", ""), {})
+            check(kv.get("secret") and kv.get("secret") == sv.get("secret"), f"{what}: the stream's Kafka client Secret")
+        check("/etc/tidemark/webhook" not in mounts, f"{what}: no webhook signing key (sends no actions)")
+        check(("/var/lib/tidemark" in mounts) == state, f"{what}: state volume at /var/lib/tidemark" if state else f"{what}: no state volume")
+        for m in mounts.values():
+            if m["mountPath"] not in ("/var/lib/tidemark", "/tmp"):
+                check(m.get("readOnly") is True, f"{what}: {m['mountPath']} mounted read-only")
+        return cmd
+
+    pods = {"stream": stream_labels}
+    mb_all = [d for d in by_kind.get("StatefulSet", []) if d is not sts]
+    mbv = values.get("microbatch", {})
+    if not mbv.get("enabled"):
+        check(not mb_all, "no micro-batch StatefulSet when microbatch.enabled is false")
+    else:
+        check(len(mb_all) == 1, "one micro-batch StatefulSet when microbatch.enabled")
+    for mb in mb_all[:1]:
+        what = "micro-batch"
+        tmpl = mb["spec"]["template"]
+        labels = tmpl["metadata"]["labels"]
+        pods["microbatch"] = labels
+        check(labels.get("app.kubernetes.io/component") == "microbatch", f"{what}: pods labelled component microbatch")
+        check(mb["spec"].get("replicas") == 1, f"{what}: one replica")
+        check(matches(mb["spec"]["selector"]["matchLabels"], labels) and not matches(mb["spec"]["selector"]["matchLabels"], stream_labels),
+              f"{what}: its selector selects its pod and not the stream's")
+        vct = mb["spec"].get("volumeClaimTemplates") or []
+        check(len(vct) == 1 and vct[0]["metadata"]["name"] == "state"
+              and str(vct[0]["spec"]["resources"]["requests"]["storage"]) == str(mbv["persistence"]["size"]),
+              f"{what}: its own volumeClaimTemplate state, size from values")
+        check(tmpl["spec"].get("terminationGracePeriodSeconds") == mbv["terminationGracePeriodSeconds"],
+              f"{what}: terminationGracePeriodSeconds from values")
+        c = tmpl["spec"]["containers"][0]
+        cmd = pod_common(tmpl["spec"], c, what, state=True)
+        expected = ["tidemark", "microbatch", "--topology", "/etc/tidemark/topology/topology.toml",
+                    "--state-dir", "/var/lib/tidemark", "--every", str(mbv["every"]), "--deadline", str(mbv["deadline"]),
+                    "--http-addr", f"0.0.0.0:{port}"]
+        check(cmd[: len(expected)] == expected, f"{what}: command line starts {' '.join(expected)} (got {' '.join(cmd)})")
+        for flag, key in (("--dashboard-topic", "dashboardTopic"), ("--finance-topic", "financeTopic")):
+            want = mbv.get(key, "")
+            got = cmd[cmd.index(flag) + 1] if flag in cmd else ""
+            check(got == want, f"{what}: {flag} exactly from microbatch.{key}")
+        check(("--no-side-outputs" in cmd) == (not mbv["sideOutputs"]), f"{what}: --no-side-outputs exactly when sideOutputs is false")
+        if values["replicaCount"] > 0:
+            check(mbv.get("dashboardTopic") and mbv.get("financeTopic") and not mbv["sideOutputs"],
+                  f"{what}: beside a running stream (these values), own dashboard/finance topics and no side outputs")
+        ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+        check(ports.get("http") == port, f"{what}: container port http")
+        for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            g = c.get(probe, {}).get("httpGet", {})
+            check(g.get("path") == path and g.get("port") in ("http", port), f"{what}: {probe} GET {path} on the HTTP port")
+        lp = c.get("livenessProbe", {})
+        tolerated = 60 + lp.get("periodSeconds", 0) * lp.get("failureThreshold", 0)
+        deadline = minutes(str(mbv["deadline"]))
+        if deadline is not None:
+            check(tolerated > deadline * 60, f"{what}: liveness tolerates a slice as long as the deadline "
+                  f"(60 s + period x threshold = {tolerated} s, deadline {deadline * 60:.0f} s)")
+        svcs = [s for s in by_kind.get("Service", []) if matches(s["spec"].get("selector", {}), labels)]
+        check(len(svcs) == 1 and svcs[0]["metadata"]["name"] == mb["spec"].get("serviceName"),
+              f"{what}: exactly one Service selects its pod, its governing Service")
+        for sm in by_kind.get("ServiceMonitor", []):
+            sel = sm["spec"]["selector"]["matchLabels"]
+            check(svcs and matches(sel, svcs[0]["metadata"]["labels"])
+                  and any(p.get("name") == "http" for p in svcs[0]["spec"]["ports"]),
+                  f"{what}: the ServiceMonitor scrapes its pod (Service port http)")
+        if not values["serviceMonitor"]["enabled"]:
+            check(svcs and svcs[0]["spec"].get("publishNotReadyAddresses") is True, f"{what}: metrics Service publishes not-ready pods")
+
+    cj_all = by_kind.get("CronJob", [])
+    fcv = values.get("financeClose", {})
+    if not fcv.get("enabled"):
+        check(not cj_all, "no CronJob when financeClose.enabled is false")
+    else:
+        check(len(cj_all) == 1, "one finance close CronJob when financeClose.enabled")
+    for cj in cj_all[:1]:
+        what = "finance close"
+        spec = cj["spec"]
+        job = spec["jobTemplate"]["spec"]
+        tmpl = job["template"]
+        labels = tmpl["metadata"]["labels"]
+        pods["finance-close"] = labels
+        check(labels.get("app.kubernetes.io/component") == "finance-close", f"{what}: pods labelled component finance-close")
+        check(spec.get("concurrencyPolicy") == "Forbid", f"{what}: concurrencyPolicy Forbid")
+        check(spec.get("schedule") == fcv["schedule"], f"{what}: schedule from values")
+        check(spec.get("timeZone", "") == fcv["timeZone"], f"{what}: timeZone from values (absent when empty)")
+        check(job.get("backoffLimit") == fcv["backoffLimit"], f"{what}: backoffLimit from values")
+        check(tmpl["spec"].get("restartPolicy") == "OnFailure", f"{what}: restartPolicy OnFailure")
+        c = tmpl["spec"]["containers"][0]
+        cmd = pod_common(tmpl["spec"], c, what, state=False)
+        expected = ["tidemark", "batch", "close", "--topology", "/etc/tidemark/topology/topology.toml"]
+        check(cmd[: len(expected)] == expected, f"{what}: command line starts {' '.join(expected)} (got {' '.join(cmd)})")
+        check("--business-day" in cmd and cmd[cmd.index("--business-day") + 1] == "yesterday", f"{what}: --business-day yesterday")
+        check("--grace" in cmd and cmd[cmd.index("--grace") + 1] == str(fcv["grace"]), f"{what}: --grace from values")
+        check(("--allow-empty" in cmd) == bool(fcv["allowEmpty"]), f"{what}: --allow-empty exactly when allowEmpty")
+        # The job must start after the default cutoff (end of yesterday + grace, in the finance
+        # time zone): a cutoff in the future is refused. Without a timeZone, assume UTC.
+        fin_tz = topology.get("finance", {}).get("time_zone", "Asia/Tokyo")
+        m = re.fullmatch(r"(\d+) (\d+) \* \* \*", fcv["schedule"])
+        grace = minutes(str(fcv["grace"]))
+        if m and grace is not None:
+            when = datetime.datetime(2026, 11, 30, int(m.group(2)), int(m.group(1)),
+                                     tzinfo=zoneinfo.ZoneInfo(fcv["timeZone"] or "UTC"))
+            local = when.astimezone(zoneinfo.ZoneInfo(fin_tz))
+            after_midnight = local.hour * 60 + local.minute
+            check(after_midnight > grace, f"{what}: starts at {local:%H:%M} {fin_tz}, after the cutoff "
+                  f"(end of yesterday + {fcv['grace']})")
+        if fcv["timeZone"]:
+            check(fcv["timeZone"] == fin_tz, f"{what}: timeZone {fcv['timeZone']} = the topology's finance.time_zone {fin_tz}")
+
+    # Selectors: each Service and PDB selects the pods of one workload only (the micro-batch
+    # StatefulSet's governing Service its pod, every other one the stream's pods).
+    mb_services = {d["spec"].get("serviceName") for d in mb_all}
+    for obj in by_kind.get("Service", []) + by_kind.get("PodDisruptionBudget", []):
+        sel = obj["spec"].get("selector", {})
+        sel = sel.get("matchLabels", sel) if obj["kind"] == "PodDisruptionBudget" else sel
+        hit = sorted(k for k, labels in pods.items() if matches(sel, labels))
+        want = ["microbatch" if obj["metadata"]["name"] in mb_services else "stream"]
+        check(hit == want, f"{obj['kind']} {obj['metadata']['name']} selects only {want[0]} pods (selects {hit})")
+    aff = stream_pod["spec"].get("affinity", {}).get("podAntiAffinity", {})
+    for term in aff.get("preferredDuringSchedulingIgnoredDuringExecution", []):
+        sel = term["podAffinityTerm"]["labelSelector"].get("matchLabels", {})
+        check(sorted(k for k, labels in pods.items() if matches(sel, labels)) == ["stream"],
+              "the stream's default anti-affinity spreads stream pods only")
+
+
+def flags(path, tidemark):
+    """Every --flag passed to tidemark exists in its --help."""
+    helps = {}
+    for d in yaml.safe_load_all(open(path)):
+        if not d or d["kind"] not in ("StatefulSet", "CronJob"):
+            continue
+        spec = d["spec"]["jobTemplate"]["spec"] if d["kind"] == "CronJob" else d["spec"]
+        for c in spec["template"]["spec"]["containers"]:
+            args = c.get("args", [])
+            sub = args[:2] if args[:1] == ["batch"] else args[:1]
+            key = " ".join(sub)
+            if key not in helps:
+                out = subprocess.run([tidemark, *sub, "--help"], capture_output=True, text=True)
+                check(out.returncode == 0, f"tidemark {key} --help runs")
+                helps[key] = out.stdout
+            for a in args:
+                if a.startswith("--"):
+                    check(re.search(rf"(^|\s){re.escape(a)}(\s|=|,|$)", helps[key], re.M) is not None,
+                          f"{d['metadata']['name']}: tidemark {key} accepts {a}")
+            print(f"  {d['metadata']['name']}: tidemark {key}, {sum(a.startswith('--') for a in args)} flags")
+
+
+def container_basics(c, pod, what):
+    sc = c.get("securityContext", {})
+    psc = pod.get("securityContext", {})
+    check(sc.get("runAsNonRoot") is True and sc.get("runAsUser") == 10001, f"{what}: container runs as non-root UID 10001")
+    check(sc.get("readOnlyRootFilesystem") is True, f"{what}: readOnlyRootFilesystem")
+    check(sc.get("allowPrivilegeEscalation") is False, f"{what}: allowPrivilegeEscalation false")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{what}: capabilities drop ALL")
+    check(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault" or
+          sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{what}: seccomp RuntimeDefault")
+    check(c.get("resources", {}).get("requests"), f"{what}: resource requests set")
 
 
 def values_doc(path):
@@ -188,6 +397,8 @@ def values_doc(path):
 def main(argv):
     if len(argv) >= 3 and argv[0] == "rendered":
         rendered(argv[1], argv[2:])
+    elif len(argv) == 3 and argv[0] == "flags":
+        flags(argv[1], argv[2])
     elif len(argv) == 2 and argv[0] == "values-doc":
         values_doc(argv[1])
     else:

@@ -94,12 +94,18 @@ app.kubernetes.io/component: stream
 app.kubernetes.io/component: microbatch
 {{- end }}
 
+{{/*
+The micro-batch StatefulSet (and its Service): 52 characters at most, like the fullname.
+*/}}
 {{- define "tidemark.microbatchName" -}}
-{{- printf "%s-microbatch" (include "tidemark.fullname" .) }}
+{{- printf "%s-microbatch" (include "tidemark.fullname" . | trunc 41 | trimSuffix "-") }}
 {{- end }}
 
+{{/*
+The finance close CronJob: 52 characters at most (its Jobs append 11).
+*/}}
 {{- define "tidemark.financeCloseName" -}}
-{{- printf "%s-finance-close" (include "tidemark.fullname" .) }}
+{{- printf "%s-finance-close" (include "tidemark.fullname" . | trunc 38 | trimSuffix "-") }}
 {{- end }}
 
 {{/*
