@@ -148,6 +148,12 @@ impl SkuTask {
                     Stats::add(&stats.dedup_hits, 1);
                     return true;
                 }
+                // The upstream promised more: its idle bound (clock − idle_skew) was passed by
+                // a record appended later than the skew allowed. The merge still applies it,
+                // but possibly after records with higher logical times.
+                if self.meta.bounds.get(&upstream).is_some_and(|b| *lt < *b) {
+                    Stats::add(&stats.broken_promises, 1);
+                }
                 self.buffer.insert(key, derived);
                 self.unsaved.push(key);
             }
@@ -266,5 +272,58 @@ impl SkuTask {
             rows.push(row);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_state::StoreOptions;
+
+    const MIN: i64 = 60_000;
+
+    fn line(upstream: (u16, i32), append_ms: i64, offset: i64) -> Vec<u8> {
+        Derived::Line {
+            lt: (append_ms, upstream.0, upstream.1, offset),
+            idx: 0,
+            sku: "SKU-1".into(),
+            placed: true,
+            qty: 1,
+            event_ms: append_ms,
+            append_ms,
+        }
+        .encode()
+    }
+
+    fn mark(upstream: (u16, i32), bound_ms: i64, next_offset: i64) -> Vec<u8> {
+        Derived::Mark { upstream, bound: (bound_ms, upstream.0, upstream.1, next_offset) }.encode()
+    }
+
+    #[test]
+    fn a_record_below_its_upstreams_promise_is_counted_as_a_broken_promise() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store =
+            Store::open(dir.path(), &StoreOptions { owner: "t".into(), ..StoreOptions::default() }).expect("open");
+        let cfg = SkuTaskConfig {
+            topic: "rep".into(),
+            upstreams: vec![(0, 0), (0, 1)],
+            rules: Vec::new(),
+            window: WindowPolicy { size_ms: MIN, allowed_lateness_ms: 0, grace_ms: 2 * MIN, retention_ms: 420 * MIN },
+        };
+        let mut task = SkuTask::restore(&store, PartitionId { source: 2, partition: 0 }, cfg).expect("restore");
+        let (stats, mut out) = (Stats::default(), Vec::new());
+        let records = [
+            line((0, 0), 1_000, 0),
+            mark((0, 1), 5_000, 0), // idle upstream 1: "nothing below 5 s from me"
+            line((0, 0), 2_000, 1),
+            line((0, 1), 6_000, 0), // kept its promise
+            mark((0, 0), 9_000, 2),
+            line((0, 0), 8_000, 2), // appended before its own promise of 9 s: broken
+        ];
+        for (offset, value) in records.iter().enumerate() {
+            let rec = SourceRecord { key: None, value: Some(value), append_ms: 0, offset: offset as i64 };
+            assert!(task.ingest(rec, &mut out, &stats));
+        }
+        assert_eq!(Stats::get(&stats.broken_promises), 1);
     }
 }

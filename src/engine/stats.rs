@@ -16,6 +16,9 @@ pub struct Stats {
     /// Order lines a SKU partition's watermark found past window retention: they change no
     /// inventory or velocity state (the event itself was applied to the dashboard).
     pub sku_late_lines: AtomicU64,
+    /// Repartitioned records below a progress promise of their upstream (idle_skew too small
+    /// for the broker's append-to-fetch delay): logical-time order was not guaranteed.
+    pub broken_promises: AtomicU64,
     /// Action keys produced (outbox rows written), all modes.
     pub actions: AtomicU64,
     /// Sum of consumer lag over assigned partitions, from librdkafka statistics.

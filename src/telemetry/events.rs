@@ -98,6 +98,7 @@ pub fn publish(stats: &Stats, progress: &Progress) {
     counter!("tidemark_dedup_hits_total").absolute(Stats::get(&stats.dedup_hits));
     counter!("tidemark_late_events_total").absolute(Stats::get(&stats.late));
     counter!("tidemark_sku_late_lines_total").absolute(Stats::get(&stats.sku_late_lines));
+    counter!("tidemark_merge_broken_promises_total").absolute(Stats::get(&stats.broken_promises));
     for (reason, n) in RejectReason::ALL.iter().zip(stats.dead_letters_by_reason.iter()) {
         counter!("tidemark_dead_letters_total", "reason" => reason.as_str()).absolute(Stats::get(n));
     }
