@@ -17,7 +17,7 @@
 # tidemark runs with a static group member id (`--instance-id`, as in the StatefulSet), so
 # the restarted process takes its partitions back without waiting for the killed member's
 # session to time out; RECOVERY_DYNAMIC=1 runs without it.
-# Output: bench/results/recovery.json, bench/results/recovery.png.
+# Output: bench/results/${NAME:-recovery}.json and .png (NAME env).
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 RATE="${1:-20000}"; HISTORY="${2:-4000000}"; PRE_KILL_S="${3:-60}"; POST_KILL_S="${4:-120}"
@@ -94,6 +94,6 @@ PY
 )
 META=$(python3 -c "import json,sys; print(json.dumps({'title': sys.argv[1], 'rate': int(sys.argv[2]), 'history_records': int(sys.argv[3]), 'history_dedup_entries_approx': int(float(sys.argv[4] or 0)), 'history_covers_s_at_rate': round(float(sys.argv[4] or 0) / int(sys.argv[2])), 'history_event_time_span_s': int(sys.argv[5]), 'history_processing_s': round(float(sys.argv[6]), 1), 'state_dir_mb_before_live': int(sys.argv[7]), 'pre_kill_s': int(sys.argv[8]), 'post_kill_s': int(sys.argv[9]), 'static_membership': sys.argv[10] != '', 'machine': json.loads(sys.argv[11]), **json.loads(sys.argv[12])}))" \
   "SIGKILL at ${RATE}/s, $HISTORY history records in state" "$RATE" "$HISTORY" "$HIST_RECORDS" "$HISTORY_SPAN" "$(rel "$TH1" "$TH0")" "$STATE_MB" "$PRE_KILL_S" "$POST_KILL_S" "${TM_EXTRA:-}" "$MACHINE" "$KEYS_BEFORE")
-python3 "$BENCH/lib/timeseries.py" recovery "$RESULTS/recovery.json" "$RESULTS/recovery.png" --samples "$WORK/samples.jsonl" \
+python3 "$BENCH/lib/timeseries.py" recovery "$RESULTS/${NAME:-recovery}.json" "$RESULTS/${NAME:-recovery}.png" --samples "$WORK/samples.jsonl" \
   --gen "$WORK/gen.log" --t0 "$T0" --marks "{\"kill\": $(rel "$TK" "$T0"), \"restart\": $(rel "$TR" "$T0")}" \
   --actions "$WORK/actions.jsonl" --meta "$META"

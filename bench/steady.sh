@@ -10,7 +10,7 @@
 # first failing step; EVENT_BYTES (1024), PARTITIONS (4), MIN_UNITS, FACTOR_RULE.
 # Each step is a fresh `tidemark gen --paced --start now` (event times = wall time), so the
 # generator itself is the offered-rate limit: its achieved rate is recorded per step.
-# Output: bench/results/steady.json, bench/results/steady.png.
+# Output: bench/results/${NAME:-steady}.json and .png (NAME env).
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 RATES="${1:-20000 30000 40000 50000 60000}"; STEP_S="${2:-120}"; JUDGE_S="${3:-60}"; PARTITIONS="${PARTITIONS:-4}"
@@ -57,5 +57,5 @@ done
 kill "$SP" 2>/dev/null || true; wait "$SP" 2>/dev/null || true
 META=$(python3 -c "import json,sys; print(json.dumps({'title': sys.argv[1], 'rates': sys.argv[2].split(), 'step_s': int(sys.argv[3]), 'judge_s': int(sys.argv[4]), 'event_bytes': int(sys.argv[5]), 'partitions': int(sys.argv[6]), 'machine': json.loads(sys.argv[7])}))" \
   "steps of ${STEP_S}s, judged over the last ${JUDGE_S}s" "$RATES" "$STEP_S" "$JUDGE_S" "${EVENT_BYTES:-1024}" "$PARTITIONS" "$MACHINE")
-python3 "$BENCH/lib/timeseries.py" steady "$RESULTS/steady.json" "$RESULTS/steady.png" --samples "$WORK/samples.jsonl" \
+python3 "$BENCH/lib/timeseries.py" steady "$RESULTS/${NAME:-steady}.json" "$RESULTS/${NAME:-steady}.png" --samples "$WORK/samples.jsonl" \
   --steps "$WORK/steps.jsonl" --meta "$META"
