@@ -5,6 +5,9 @@ use tidemark::cli::{BatchCommand, Cli, Command, QueryCommand};
 use tidemark::cmd;
 use tidemark_topology::config;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()

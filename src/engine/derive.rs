@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 pub type Lt = (i64, u16, i32, i64);
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "k", rename_all = "snake_case")]
+// Externally tagged (`{"line":{...}}`): serde_json then decodes without buffering the
+// record, which an internally tagged enum must do.
+#[serde(rename_all = "snake_case")]
 pub enum Derived {
     Line {
         lt: Lt,
@@ -44,14 +46,41 @@ pub enum Derived {
     },
 }
 
+/// The first encoding: internally tagged by `k`.
+struct Legacy(Derived);
+
+impl<'de> Deserialize<'de> for Legacy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(tag = "k", rename_all = "snake_case")]
+        enum Tagged {
+            Line { lt: Lt, idx: u32, sku: String, placed: bool, qty: u32, event_ms: i64, append_ms: i64 },
+            Snapshot { lt: Lt, sku: String, on_hand: i64, as_of_ms: i64, append_ms: i64 },
+            Mark { upstream: (u16, i32), bound: Lt },
+        }
+        Ok(Legacy(match Tagged::deserialize(d)? {
+            Tagged::Line { lt, idx, sku, placed, qty, event_ms, append_ms } => {
+                Derived::Line { lt, idx, sku, placed, qty, event_ms, append_ms }
+            }
+            Tagged::Snapshot { lt, sku, on_hand, as_of_ms, append_ms } => {
+                Derived::Snapshot { lt, sku, on_hand, as_of_ms, append_ms }
+            }
+            Tagged::Mark { upstream, bound } => Derived::Mark { upstream, bound },
+        }))
+    }
+}
+
 impl Derived {
     pub fn encode(&self) -> Vec<u8> {
         // Plain data with no maps keyed by non-strings: serialisation cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// Decodes a record; records written before the encoding became externally tagged
+    /// (`{"k":"line",...}`, still in a repartition topic or a merge buffer after an
+    /// upgrade) decode too.
     pub fn decode(bytes: &[u8]) -> Result<Derived, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        serde_json::from_slice(bytes).or_else(|e| serde_json::from_slice::<Legacy>(bytes).map(|l| l.0).map_err(|_| e))
     }
 
     /// The position of a data record within its upstream's sequence.
@@ -101,5 +130,22 @@ mod tests {
         assert_eq!(Derived::decode(&d.encode()).expect("decode"), d);
         let m = Derived::Mark { upstream: (1, 0), bound: (7, 1, 0, 3) };
         assert_eq!(Derived::decode(&m.encode()).expect("decode"), m);
+        assert_eq!(String::from_utf8(m.encode()).expect("utf8"), r#"{"mark":{"upstream":[1,0],"bound":[7,1,0,3]}}"#);
+    }
+
+    #[test]
+    fn records_of_the_first_internally_tagged_encoding_still_decode() {
+        let old = br#"{"k":"line","lt":[5,0,1,9],"idx":2,"sku":"S","placed":true,"qty":3,"event_ms":4,"append_ms":5}"#;
+        let want = Derived::Line {
+            lt: (5, 0, 1, 9),
+            idx: 2,
+            sku: "S".into(),
+            placed: true,
+            qty: 3,
+            event_ms: 4,
+            append_ms: 5,
+        };
+        assert_eq!(Derived::decode(old).expect("legacy decodes"), want);
+        assert!(Derived::decode(b"{\"k\":\"other\"}").is_err());
     }
 }

@@ -13,7 +13,7 @@
 //! Which records are released depends on timing; the order they are applied in does not.
 //! So the actions, their keys and payloads do not depend on how fast any partition ran.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
@@ -57,7 +57,7 @@ pub struct SkuTask {
     meta: Meta,
     buffer: BTreeMap<BufferKey, Derived>,
     /// Buffer entries not yet written to the store.
-    unsaved: Vec<BufferKey>,
+    unsaved: HashSet<BufferKey>,
     /// Persisted buffer entries released since the last commit.
     released: Vec<BufferKey>,
     uncommitted: bool,
@@ -93,7 +93,7 @@ impl SkuTask {
             checkpoint,
             meta,
             buffer,
-            unsaved: Vec::new(),
+            unsaved: HashSet::new(),
             released: Vec::new(),
             uncommitted: false,
         })
@@ -155,7 +155,7 @@ impl SkuTask {
                     Stats::add(&stats.broken_promises, 1);
                 }
                 self.buffer.insert(key, derived);
-                self.unsaved.push(key);
+                self.unsaved.insert(key);
             }
         }
         true
@@ -187,15 +187,14 @@ impl SkuTask {
                     break;
                 }
                 let (key, derived) = entry.remove_entry();
-                if let Some(pos) = self.unsaved.iter().position(|k| *k == key) {
-                    self.unsaved.swap_remove(pos);
-                } else {
+                // Released before it was ever written: nothing to write or delete.
+                if !self.unsaved.remove(&key) {
                     self.released.push(key);
                 }
                 self.apply(store, batch, &derived, rows, stats)?;
             }
         }
-        for key in self.unsaved.drain(..) {
+        for key in self.unsaved.drain() {
             if let Some(d) = self.buffer.get(&key) {
                 batch.put_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key), &d.encode());
             }

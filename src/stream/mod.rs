@@ -239,11 +239,18 @@ impl Runner {
         let interval = Duration::from_millis(self.opts.topology.commit_interval_ms);
         let max_batch = self.opts.topology.max_batch_records;
         loop {
-            let deadline = Instant::now() + interval;
+            // One clock read per polled record: the wall clock of the append→consume age is
+            // derived from the monotonic one read for the deadline.
+            let (base, base_wall_ms) = (Instant::now(), chrono::Utc::now().timestamp_millis());
+            let deadline = base + interval;
             let mut taken = 0usize;
+            let mut turns = 0u32;
             while taken < max_batch && !self.opts.stop.load(Ordering::Relaxed) {
-                self.opts.progress.beat();
-                self.apply_pause(consumer);
+                if turns.is_multiple_of(256) {
+                    self.opts.progress.beat();
+                    self.apply_pause(consumer);
+                }
+                turns = turns.wrapping_add(1);
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -263,10 +270,11 @@ impl Runner {
                         if task.ingest(rec, &mut self.out, &self.opts.stats) {
                             taken += 1;
                             if source != SKU_REPARTITION {
-                                let age_ms = chrono::Utc::now().timestamp_millis() - append_ms;
+                                let now_ms = base_wall_ms + i64::try_from((now - base).as_millis()).unwrap_or(0);
+                                let age_ms = now_ms - append_ms;
                                 self.latencies.append_to_consume.record(age_ms.max(0) as f64 / 1000.0);
                             }
-                            self.batch_started.get_or_insert_with(Instant::now);
+                            self.batch_started.get_or_insert(now);
                         }
                     }
                 }
