@@ -97,7 +97,10 @@ def hist_max(cum):
 
 
 def ms(x):
-    return None if x is None else round(x * 1000, 1)
+    """Seconds → ms; the +Inf bucket (above the last bound, 300 s) becomes the string ">300000"."""
+    if x is None:
+        return None
+    return ">300000" if x >= 1e9 else round(x * 1000, 1)
 
 
 def series(samples, t0, window=5.0):
