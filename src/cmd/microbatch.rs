@@ -33,7 +33,7 @@ use crate::engine::{OutputRecord, Sink, SourceRecord, Stats, TaskConfig};
 use crate::failpoint;
 use crate::kafka::admin;
 use crate::kafka::sink::OutputSink;
-use crate::telemetry::{backlog, events, http, Progress};
+use crate::telemetry::{self, Progress};
 
 /// The state record holding the slice boundaries.
 const SLICES: &str = "microbatch.slices";
@@ -123,20 +123,21 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
 
     let stats = Arc::new(Stats::default());
     let progress = Arc::new(Progress::default());
-    let mut prober = None;
-    if let Some(addr) = args.http_addr {
-        let handle = events::install()?;
-        let listener = rt.block_on(http::bind(addr)).with_context(|| format!("binding --http-addr {addr}"))?;
-        tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
-        rt.spawn(http::serve(listener, handle, Arc::clone(&stats), Arc::clone(&progress)));
-        prober = Some(backlog::spawn(
-            &settings,
-            topology.orders.topic.clone(),
-            Arc::clone(&progress),
-            Arc::clone(&stop),
-            Duration::from_secs(args.backlog_probe_every.max(1)),
-        )?);
-    }
+    let prober = match args.http_addr {
+        Some(addr) => Some(telemetry::serve(
+            rt,
+            telemetry::Surface {
+                addr,
+                settings: &settings,
+                topic: &topology.orders.topic,
+                stats: &stats,
+                progress: &progress,
+                stop: &stop,
+                probe_every: Duration::from_secs(args.backlog_probe_every.max(1)),
+            },
+        )?),
+        None => None,
+    };
     let mut runner =
         SliceRunner::new(&store, task_config(&topology), topology.max_batch_records, true, Arc::clone(&stats));
     let mut log = load_log(&store)?;

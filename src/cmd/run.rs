@@ -11,7 +11,7 @@ use tracing::info;
 use crate::cli::{KafkaArgs, RunArgs};
 use crate::engine::Stats;
 use crate::kafka::{admin, KafkaSettings};
-use crate::telemetry::{backlog, events, http, Progress};
+use crate::telemetry::{self, Progress};
 use crate::{actions, status, stream};
 
 pub fn settings(k: &KafkaArgs) -> anyhow::Result<KafkaSettings> {
@@ -77,20 +77,21 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let printer = (args.status_every > 0)
         .then(|| status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(args.status_every)));
     let progress = Arc::new(Progress::default());
-    let mut prober = None;
-    if let Some(addr) = args.http_addr {
-        let handle = events::install()?;
-        let listener = rt.block_on(http::bind(addr)).with_context(|| format!("binding --http-addr {addr}"))?;
-        info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
-        rt.spawn(http::serve(listener, handle, Arc::clone(&stats), Arc::clone(&progress)));
-        prober = Some(backlog::spawn(
-            &settings,
-            topology.orders.topic.clone(),
-            Arc::clone(&progress),
-            Arc::clone(&stop),
-            Duration::from_secs(args.backlog_probe_every.max(1)),
-        )?);
-    }
+    let prober = match args.http_addr {
+        Some(addr) => Some(telemetry::serve(
+            rt,
+            telemetry::Surface {
+                addr,
+                settings: &settings,
+                topic: &topology.orders.topic,
+                stats: &stats,
+                progress: &progress,
+                stop: &stop,
+                probe_every: Duration::from_secs(args.backlog_probe_every.max(1)),
+            },
+        )?),
+        None => None,
+    };
     let mut opts = stream::StreamOptions {
         settings,
         topology,

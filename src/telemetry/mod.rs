@@ -11,3 +11,34 @@ pub mod http;
 pub mod progress;
 
 pub use progress::Progress;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::engine::Stats;
+use crate::kafka::KafkaSettings;
+
+/// What `--http-addr` starts: the metrics recorder, the HTTP endpoint on `rt`, and the
+/// backlog prober of `topic` (its thread ends when `stop` is set).
+pub struct Surface<'a> {
+    pub addr: SocketAddr,
+    pub settings: &'a KafkaSettings,
+    pub topic: &'a str,
+    pub stats: &'a Arc<Stats>,
+    pub progress: &'a Arc<Progress>,
+    pub stop: &'a Arc<AtomicBool>,
+    pub probe_every: Duration,
+}
+
+pub fn serve(rt: &tokio::runtime::Runtime, s: Surface<'_>) -> anyhow::Result<JoinHandle<()>> {
+    let handle = events::install()?;
+    let listener = rt.block_on(http::bind(s.addr)).with_context(|| format!("binding --http-addr {}", s.addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
+    rt.spawn(http::serve(listener, handle, Arc::clone(s.stats), Arc::clone(s.progress)));
+    backlog::spawn(s.settings, s.topic.to_string(), Arc::clone(s.progress), Arc::clone(s.stop), s.probe_every)
+}

@@ -143,26 +143,7 @@ pub fn record_bytes(key: &DashKey, partition: i32, agg: &DashAgg, window_size_ms
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Line;
-    use std::str::FromStr;
-
-    fn ev(kind: EventKind, t: i64, lines: Vec<(u32, &str)>, refund: Option<&str>) -> CanonicalEvent {
-        CanonicalEvent {
-            event_id: "e".into(),
-            order_id: "o".into(),
-            kind,
-            event_time_ms: t,
-            store: "tokyo-01".into(),
-            currency: Currency::from_code("JPY"),
-            channel: None,
-            lines: lines
-                .into_iter()
-                .map(|(qty, p)| Line { sku: "SKU-1".into(), qty, unit_price: Decimal::from_str(p).ok() })
-                .collect(),
-            refund_amount: refund.and_then(|r| Decimal::from_str(r).ok()),
-            schema_version: 1,
-        }
-    }
+    use crate::event::test_event as ev;
 
     #[test]
     fn net_is_gross_minus_cancelled_minus_refunded_and_version_counts_events() {

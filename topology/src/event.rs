@@ -95,6 +95,27 @@ pub struct InventorySnapshot {
     pub as_of_ms: i64,
 }
 
+/// A hand-built event of store `tokyo-01` in JPY, lines of `SKU-1` as `(qty, unit price)`.
+#[cfg(test)]
+pub(crate) fn test_event(kind: EventKind, t_ms: i64, lines: Vec<(u32, &str)>, refund: Option<&str>) -> CanonicalEvent {
+    use std::str::FromStr;
+    CanonicalEvent {
+        event_id: "e".into(),
+        order_id: "o".into(),
+        kind,
+        event_time_ms: t_ms,
+        store: "tokyo-01".into(),
+        currency: Currency::from_code("JPY"),
+        channel: None,
+        lines: lines
+            .into_iter()
+            .map(|(qty, p)| Line { sku: "SKU-1".into(), qty, unit_price: Decimal::from_str(p).ok() })
+            .collect(),
+        refund_amount: refund.and_then(|r| Decimal::from_str(r).ok()),
+        schema_version: 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

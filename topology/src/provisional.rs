@@ -173,25 +173,11 @@ pub fn record_key(key: &ProvKey, partition: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Line;
-    use std::str::FromStr;
+    use crate::event::test_event;
 
     fn ev(kind: EventKind, t: &str, lines: Vec<(u32, &str)>, refund: Option<&str>) -> CanonicalEvent {
-        CanonicalEvent {
-            event_id: "e".into(),
-            order_id: "o".into(),
-            kind,
-            event_time_ms: chrono::DateTime::parse_from_rfc3339(t).expect("time").timestamp_millis(),
-            store: "tokyo-01".into(),
-            currency: Currency::from_code("JPY"),
-            channel: None,
-            lines: lines
-                .into_iter()
-                .map(|(qty, p)| Line { sku: "SKU-1".into(), qty, unit_price: Decimal::from_str(p).ok() })
-                .collect(),
-            refund_amount: refund.and_then(|r| Decimal::from_str(r).ok()),
-            schema_version: 1,
-        }
+        let t_ms = chrono::DateTime::parse_from_rfc3339(t).expect("time").timestamp_millis();
+        test_event(kind, t_ms, lines, refund)
     }
 
     #[test]
