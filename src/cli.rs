@@ -90,6 +90,10 @@ pub struct MicrobatchArgs {
     /// Seconds between backlog-age probes (with --http-addr).
     #[arg(long, default_value_t = 2)]
     pub backlog_probe_every: u64,
+    /// Continue when records the state has not seen were already deleted from the log
+    /// (a fresh state over a log whose head expired, or a job that fell behind retention).
+    #[arg(long)]
+    pub allow_partial_rebuild: bool,
 }
 
 #[derive(Args, Debug)]

@@ -155,7 +155,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
                 if ran > 0 && !wait_until(next, &stop, &progress) {
                     break;
                 }
-                let slice = plan(&settings, &topology, &mut runner, &log)?;
+                let slice = plan(&settings, &topology, &mut runner, &log, args.allow_partial_rebuild)?;
                 log.planned = Some(slice.clone());
                 let mut b = store.batch();
                 b.put_record(SLICES, &codec::encode(&log));
@@ -266,11 +266,18 @@ fn plan(
     t: &Topology,
     runner: &mut SliceRunner<'_>,
     log: &SliceLog,
+    allow_partial: bool,
 ) -> anyhow::Result<Slice> {
     let source = Log::open(settings, &t.orders.topic)?;
     let mut ranges = Vec::new();
     for (p, (low, high)) in source.watermarks() {
-        let from = runner.next_offset(*p)?.max(*low);
+        let next = runner.next_offset(*p)?;
+        anyhow::ensure!(
+            next >= *low || allow_partial,
+            "{}/{p}: the state continues at offset {next} but the log now starts at {low}: records in between were deleted              before this job read them. Restore the state directory or pass --allow-partial-rebuild to accept the gap",
+            t.orders.topic
+        );
+        let from = next.max(*low);
         anyhow::ensure!(
             from <= *high,
             "{}/{p}: the state has processed up to offset {from} but the log ends at {high}; was the topic recreated? Use a fresh --state-dir",
