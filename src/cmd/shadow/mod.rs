@@ -1,8 +1,8 @@
 //! `tidemark shadow --range ...`: stream, micro-batch and batch over one frozen history,
 //! compared key by key (SPEC §2 "Shadow replay"; docs/modes.md).
 //!
-//! The range is read once from the orders log and held in memory; each mode then runs over
-//! it in process ([`replay`]). Four comparisons ([`compare`]):
+//! Each mode reads the range from the orders log itself, partition by partition, and runs
+//! in process ([`replay`]): three passes over the log, nothing of it held in memory. Four comparisons ([`compare`]):
 //! 1. dashboard rows, stream vs micro-batch — byte-identical expected;
 //! 2. provisional finance rows, stream vs micro-batch — byte-identical expected;
 //! 3. finance per day/store/currency, batch vs stream — explained only by the late output;
@@ -24,9 +24,9 @@ use tidemark_topology::config;
 
 use super::batch::range::{parse_offsets, Input, Log, Offsets, Progress};
 use crate::cli::ShadowArgs;
-use crate::engine::TaskConfig;
+use crate::engine::{SourceRecord, TaskConfig};
 use compare::{exact, explained_by_late, Mismatch, Revisions};
-use replay::{History, Rec, DASHBOARD_FIELDS, FINANCE_FIELDS};
+use replay::{Source, DASHBOARD_FIELDS, FINANCE_FIELDS};
 
 /// Exit code when unexplained mismatches exist.
 pub const UNEXPLAINED: u8 = 3;
@@ -60,7 +60,10 @@ struct Comparison {
 #[derive(Serialize)]
 struct Report<'a> {
     input: &'a Input,
-    records: usize,
+    /// Offsets in the range (records, plus any gaps of transaction markers).
+    records: u64,
+    stream_commit_records: usize,
+    slices: usize,
     stream: ModeSummary,
     microbatch: ModeSummary,
     batch: BatchSummary,
@@ -69,6 +72,29 @@ struct Report<'a> {
     comparisons: Vec<Comparison>,
     mismatches: Vec<Mismatch>,
     unexplained: usize,
+}
+
+/// The range on the log, read with a progress line per pass.
+struct LogSource<'a> {
+    log: &'a Log,
+    input: &'a Input,
+}
+
+impl Source for LogSource<'_> {
+    fn ranges(&self) -> Vec<(i32, i64, i64)> {
+        self.input.ranges.iter().map(|r| (r.partition, r.from, r.to)).collect()
+    }
+
+    fn read(&self, partition: i32, from: i64, to: i64, f: &mut dyn FnMut(SourceRecord<'_>)) -> anyhow::Result<()> {
+        let mut progress = Progress::new(
+            &format!("shadow: {}/{partition} [{from}, {to})", self.log.topic()),
+            u64::try_from(to - from).unwrap_or(0),
+        );
+        self.log.read(partition, from, to, &mut progress, |offset, key, value, append_ms| {
+            f(SourceRecord { key, value: Some(value), append_ms, offset });
+        })?;
+        Ok(())
+    }
 }
 
 pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
@@ -91,17 +117,8 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
         anyhow::ensure!(r.from <= r.to, "partition {}: --from {} is after --range {}", r.partition, r.from, r.to);
     }
 
-    let mut history = History::new();
-    let mut progress = Progress::new("shadow: reading the range", input.span());
-    for r in &input.ranges {
-        let records = history.entry(r.partition).or_default();
-        log.read(r.partition, r.from, r.to, &mut progress, |offset, key, value, append_ms| {
-            records.push(Rec { offset, key: key.map(<[u8]>::to_vec), value: value.to_vec(), append_ms });
-        })?;
-    }
-    progress.print();
-    let records: usize = history.values().map(Vec::len).sum();
-
+    let records = input.span();
+    let source = LogSource { log: &log, input: &input };
     let cfg = TaskConfig {
         topic: topology.orders.topic.clone(),
         window: topology.dashboard_window,
@@ -110,11 +127,11 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
         finance_tz: topology.finance_time_zone,
     };
     eprintln!("shadow: stream replay (commit every {} records per partition)", args.stream_commit_records);
-    let stream = replay::stream(&history, &cfg, args.stream_commit_records)?;
+    let stream = replay::stream(&source, &cfg, args.stream_commit_records)?;
     eprintln!("shadow: micro-batch replay ({} slices)", args.slices);
-    let micro = replay::microbatch(&history, &cfg, args.slices, topology.max_batch_records)?;
+    let micro = replay::microbatch(&source, &cfg, args.slices, topology.max_batch_records)?;
     eprintln!("shadow: batch fold");
-    let batch = replay::batch(&history, &cfg);
+    let batch = replay::batch(&source, &cfg)?;
 
     let (stream_fin, stream_dash) = replay::summed(&stream)?;
     let (late_fin, late_dash) = replay::late_contributions(&stream, &cfg);
@@ -162,6 +179,8 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
     let report = Report {
         input: &input,
         records,
+        stream_commit_records: args.stream_commit_records,
+        slices: args.slices,
         stream: summary(&stream),
         microbatch: summary(&micro),
         batch: BatchSummary {
@@ -190,13 +209,16 @@ fn print_report(r: &Report<'_>) -> anyhow::Result<()> {
     writeln!(out, "shadow replay of {} ({} records)", r.input.describe(), r.records)?;
     writeln!(
         out,
-        "  stream:      {} commits, {} dashboard rows, {} finance rows, {} late, {} dead letters",
-        r.stream.commits, r.stream.dashboard_rows, r.stream.finance_rows, r.stream.late_records, r.stream.dead_letters
+        "  stream:      {} commits (every {} records per partition), {} dashboard rows, {} finance rows, {} late, {} dead letters",
+        r.stream.commits,
+        r.stream_commit_records,
+        r.stream.dashboard_rows, r.stream.finance_rows, r.stream.late_records, r.stream.dead_letters
     )?;
     writeln!(
         out,
-        "  micro-batch: {} slices, {} dashboard rows, {} finance rows, {} late, {} dead letters",
+        "  micro-batch: {} commits ({} slices per partition), {} dashboard rows, {} finance rows, {} late, {} dead letters",
         r.microbatch.commits,
+        r.slices,
         r.microbatch.dashboard_rows,
         r.microbatch.finance_rows,
         r.microbatch.late_records,

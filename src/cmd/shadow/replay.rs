@@ -1,13 +1,16 @@
-//! The three modes over one frozen history held in memory.
+//! The three modes over one frozen history, each reading it from a [`Source`] (the log, one
+//! partition range at a time), so the history is never held in memory.
 //!
 //! - *stream*: the orders tasks with a commit every `commit_records` records per partition,
 //!   every revision published (what `tidemark run` does, with fixed commit points);
-//! - *micro-batch*: the same tasks over `slices` consecutive slices per partition, each
-//!   changed row published once per slice (what `tidemark microbatch` does);
+//! - *micro-batch*: the same tasks over `slices` consecutive offset slices per partition,
+//!   each changed row published once per slice (what `tidemark microbatch` does);
 //! - *batch*: the finance close's fold ([`Dedup`], [`FinanceAgg`]) and the dashboard
 //!   definitions applied to every deduplicated event, with no window retention.
 //!
-//! Stream and micro-batch each run on a fresh RocksDB store in a temporary directory.
+//! Partitions are independent in all three (per-partition tasks, per-partition dedup), so
+//! they are replayed one after another. Stream and micro-batch each run on a fresh RocksDB
+//! store in a temporary directory.
 
 use std::collections::BTreeMap;
 
@@ -23,15 +26,13 @@ use crate::engine::output::headers;
 use crate::engine::slice::SliceRunner;
 use crate::engine::{OutputRecord, Sink, SourceRecord, TaskConfig};
 
-/// One source record of the frozen history.
-pub struct Rec {
-    pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Vec<u8>,
-    pub append_ms: i64,
+/// The frozen history: per partition `[from, to)`, readable again and again.
+pub trait Source {
+    /// `(partition, from, to)`, by partition.
+    fn ranges(&self) -> Vec<(i32, i64, i64)>;
+    /// Calls `f` with every record of `[from, to)` of `partition`, in offset order.
+    fn read(&self, partition: i32, from: i64, to: i64, f: &mut dyn FnMut(SourceRecord<'_>)) -> anyhow::Result<()>;
 }
-
-pub type History = BTreeMap<i32, Vec<Rec>>;
 
 /// Field names of the compared figures.
 pub const FINANCE_FIELDS: [&str; 6] = ["orders", "events", "gross", "cancelled", "refunded", "net"];
@@ -81,51 +82,68 @@ impl Published {
     }
 }
 
-/// Runs the orders tasks over `history`, committing after each group of `cuts`: the i-th
-/// group holds, per partition, records `[cuts[i].0, cuts[i].1)` of that partition's list.
-fn replay(
-    history: &History,
-    cfg: &TaskConfig,
-    chunk: usize,
-    coalesce: bool,
-    cuts: impl Fn(usize) -> Vec<(usize, usize)>,
-) -> anyhow::Result<Published> {
+/// How a replay cuts each partition's range into commits.
+#[derive(Clone, Copy)]
+enum Cuts {
+    /// A commit after every this many records (the stream).
+    EveryRecords(usize),
+    /// This many equal offset slices (the micro-batch).
+    Slices(i64),
+}
+
+fn replay(src: &dyn Source, cfg: &TaskConfig, chunk: usize, coalesce: bool, cuts: Cuts) -> anyhow::Result<Published> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path(), &StoreOptions { owner: "shadow".into(), ..StoreOptions::default() })?;
     let mut runner = SliceRunner::new(&store, cfg.clone(), chunk, coalesce, Default::default());
-    let per_partition: BTreeMap<i32, Vec<(usize, usize)>> = history.iter().map(|(p, r)| (*p, cuts(r.len()))).collect();
-    let rounds = per_partition.values().map(Vec::len).max().unwrap_or(0);
     let mut published = Published::default();
-    for round in 0..rounds {
-        for (p, records) in history {
-            let Some((start, end)) = per_partition.get(p).and_then(|c| c.get(round)).copied() else { continue };
-            for r in &records[start..end] {
-                let rec = SourceRecord {
-                    key: r.key.as_deref(),
-                    value: Some(&r.value),
-                    append_ms: r.append_ms,
-                    offset: r.offset,
-                };
-                runner.ingest(*p, rec)?;
-            }
-        }
+    let end_slice = |runner: &mut SliceRunner<'_>, published: &mut Published| -> anyhow::Result<()> {
         runner.end_slice(None, |out: &mut Vec<OutputRecord>| -> anyhow::Result<()> {
             published.take(out);
             Ok(())
         })?;
         published.commits += 1;
+        Ok(())
+    };
+    for (p, from, to) in src.ranges() {
+        let slices: Vec<(i64, i64)> = match cuts {
+            Cuts::EveryRecords(_) => vec![(from, to)],
+            Cuts::Slices(k) => (0..k).map(|i| (from + i * (to - from) / k, from + (i + 1) * (to - from) / k)).collect(),
+        };
+        for (a, b) in slices {
+            let mut failed: Option<anyhow::Error> = None;
+            let mut since_commit = 0usize;
+            src.read(p, a, b, &mut |rec| {
+                if failed.is_some() {
+                    return;
+                }
+                if let Err(e) = runner.ingest(p, rec) {
+                    failed = Some(e.into());
+                    return;
+                }
+                since_commit += 1;
+                if let Cuts::EveryRecords(n) = cuts {
+                    if since_commit >= n {
+                        since_commit = 0;
+                        failed = end_slice(&mut runner, &mut published).err();
+                    }
+                }
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            end_slice(&mut runner, &mut published)?;
+        }
     }
     Ok(published)
 }
 
-pub fn stream(history: &History, cfg: &TaskConfig, commit_records: usize) -> anyhow::Result<Published> {
+pub fn stream(src: &dyn Source, cfg: &TaskConfig, commit_records: usize) -> anyhow::Result<Published> {
     let n = commit_records.max(1);
-    replay(history, cfg, n, false, |len| (0..len).step_by(n).map(|s| (s, (s + n).min(len))).collect())
+    replay(src, cfg, n, false, Cuts::EveryRecords(n))
 }
 
-pub fn microbatch(history: &History, cfg: &TaskConfig, slices: usize, chunk: usize) -> anyhow::Result<Published> {
-    let k = slices.max(1);
-    replay(history, cfg, chunk, true, |len| (0..k).map(|i| (i * len / k, (i + 1) * len / k)).collect())
+pub fn microbatch(src: &dyn Source, cfg: &TaskConfig, slices: usize, chunk: usize) -> anyhow::Result<Published> {
+    replay(src, cfg, chunk, true, Cuts::Slices(i64::try_from(slices.max(1)).unwrap_or(1)))
 }
 
 /// The batch's figures: finance per `day|store|currency`, dashboard per
@@ -139,20 +157,22 @@ pub struct BatchFigures {
     pub dead_letters: u64,
 }
 
-pub fn batch(history: &History, cfg: &TaskConfig) -> BatchFigures {
+/// The batch fold. Its dedup keeps every event id of a partition's range in memory, as
+/// `tidemark batch close` does.
+pub fn batch(src: &dyn Source, cfg: &TaskConfig) -> anyhow::Result<BatchFigures> {
     let mut fin: BTreeMap<(String, String, String), FinanceAgg> = BTreeMap::new();
     let mut dash: BTreeMap<String, DashAgg> = BTreeMap::new();
     let mut out = BatchFigures::default();
-    for records in history.values() {
+    for (p, from, to) in src.ranges() {
         let mut dedup = Dedup::new(cfg.dedup_retention_ms);
-        for r in records {
-            let Ok(event) = normalize_order(&r.value, r.append_ms) else {
+        src.read(p, from, to, &mut |r| {
+            let Ok(event) = normalize_order(r.value.unwrap_or_default(), r.append_ms) else {
                 out.dead_letters += 1;
-                continue;
+                return;
             };
             if !dedup.first_time(&event.event_id, r.append_ms) {
                 out.duplicates += 1;
-                continue;
+                return;
             }
             out.applied += 1;
             if let Some(key) = finance_key(&event, cfg) {
@@ -161,11 +181,11 @@ pub fn batch(history: &History, cfg: &TaskConfig) -> BatchFigures {
             if let Some(key) = dashboard_key(&event, cfg) {
                 dashboard::apply(dash.entry(key).or_default(), &event, r.append_ms);
             }
-        }
+        })?;
     }
     out.finance = fin.into_iter().map(|(k, a)| (format!("{}|{}|{}", k.0, k.1, k.2), finance_figures(&a))).collect();
     out.dashboard = dash.into_iter().map(|(k, a)| (k, dash_figures(&a))).collect();
-    out
+    Ok(out)
 }
 
 fn finance_key(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<(String, String, String)> {
