@@ -11,7 +11,7 @@
 # N / LIVE_RATE seconds before now (it is the live stream the processor missed), produced as
 # fast as possible (`tidemark gen` unpaced); the live input is `tidemark gen --paced --start
 # now` (open loop). Env: EVENT_BYTES (1024), PARTITIONS (4), MIN_UNITS, FACTOR_RULE.
-# Output: bench/results/catchup.json, bench/results/catchup.png.
+# Output: bench/results/${NAME:-catchup}.json and .png (NAME env).
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 N="${1:-2000000}"; LIVE_RATE="${2:-20000}"; MAX_S="${3:-900}"; PARTITIONS="${PARTITIONS:-4}"
@@ -70,5 +70,5 @@ kill "$SP" 2>/dev/null || true; wait "$SP" 2>/dev/null || true
 STATE_MB=$(du -sm "$WORK/state" | cut -f1)
 META=$(python3 -c "import json,sys; print(json.dumps({'title': sys.argv[1], 'backlog_events': int(sys.argv[2]), 'live_rate': int(sys.argv[3]), 'drained_within_max': sys.argv[4] == '1', 'max_s': int(sys.argv[5]), 'backlog_produce_s': round(float(sys.argv[6]), 1), 'state_dir_mb': int(sys.argv[7]), 'event_bytes': int(sys.argv[8]), 'partitions': int(sys.argv[9]), 'machine': json.loads(sys.argv[10]), 'actions_received': sum(1 for _ in open(sys.argv[11]))}))" \
   "backlog $N records + live ${LIVE_RATE}/s" "$N" "$LIVE_RATE" "$DRAINED" "$MAX_S" "$(rel "$TB1" "$TB0")" "$STATE_MB" "${EVENT_BYTES:-1024}" "$PARTITIONS" "$MACHINE" "$WORK/actions.jsonl")
-python3 "$BENCH/lib/timeseries.py" catchup "$RESULTS/catchup.json" "$RESULTS/catchup.png" --samples "$WORK/samples.jsonl" \
+python3 "$BENCH/lib/timeseries.py" catchup "$RESULTS/${NAME:-catchup}.json" "$RESULTS/${NAME:-catchup}.png" --samples "$WORK/samples.jsonl" \
   --gen "$WORK/gen.log" --t0 "$T0" --marks "{\"processor_start\": $(rel "$TS" "$T0")}" --meta "$META"
