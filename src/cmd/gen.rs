@@ -150,7 +150,9 @@ fn produce(args: &GenArgs, settings: &KafkaSettings, generator: Generator) -> an
                 Ok(()) => break,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     record = back;
-                    producer.poll(Duration::from_millis(20));
+                    // rdkafka 0.39's poll blocks for its whole timeout: serve, then nap briefly.
+                    producer.poll(Duration::ZERO);
+                    std::thread::sleep(Duration::from_millis(1));
                 }
                 Err((e, _)) => anyhow::bail!("producing to {topic}: {e}"),
             }

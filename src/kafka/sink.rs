@@ -3,7 +3,7 @@
 //! from the old checkpoint and produces the same records again (upserts are idempotent).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -105,7 +105,9 @@ impl OutputSink {
                     Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                         record = back;
-                        self.producer.poll(Duration::from_millis(50));
+                        // poll() blocks for its whole timeout (see `flush`): serve, then nap.
+                        self.producer.poll(Duration::ZERO);
+                        std::thread::sleep(Duration::from_millis(1));
                     }
                     Err((e, _)) => anyhow::bail!("producing to {}: {e}", self.topic(r.sink)),
                 }
@@ -118,19 +120,25 @@ impl OutputSink {
     /// Waits until every queued record is acknowledged. An error means some record was not
     /// delivered: the caller must not commit the state that produced it.
     /// `alive` is called while waiting, so liveness reflects a loop that waits, not one that hangs.
+    ///
+    /// Not `Producer::flush`: rdkafka 0.39's `BaseProducer::poll` always blocks for its whole
+    /// timeout, so its flush returns in steps of 100 ms (measured: every commit spent exactly
+    /// 100 ms there, even for 16 records). Serving delivery reports without blocking and
+    /// sleeping 1 ms between checks returns within ~1 ms of the last acknowledgement.
     pub fn flush(&self, alive: &dyn Fn()) -> anyhow::Result<()> {
+        let mut since_warning = Instant::now();
         loop {
-            match self.producer.flush(Duration::from_secs(10)) {
-                Ok(()) => break,
-                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {
-                    alive();
-                    tracing::warn!(
-                        in_flight = self.producer.in_flight_count(),
-                        "outputs not yet acknowledged; waiting"
-                    );
-                }
-                Err(e) => anyhow::bail!("flushing outputs: {e}"),
+            self.producer.poll(Duration::ZERO);
+            let in_flight = self.producer.in_flight_count();
+            if in_flight == 0 {
+                break;
             }
+            if since_warning.elapsed() >= Duration::from_secs(10) {
+                since_warning = Instant::now();
+                alive();
+                tracing::warn!(in_flight, "outputs not yet acknowledged; waiting");
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
         let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
         if failed > 0 {

@@ -163,7 +163,11 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         .set("isolation.level", "read_committed")
         .set("statistics.interval.ms", "500")
         .set("session.timeout.ms", "30000")
-        .set("fetch.wait.max.ms", "50");
+        .set("fetch.wait.max.ms", "50")
+        // librdkafka postpones a partition's next fetch by this much once its prefetch queue
+        // is full (default 1 s). Draining a backlog, the loop empties 20 MB of queue in a few
+        // commits and then waited ~200 ms for data every fifth commit: 40k → 57k records/s.
+        .set("fetch.queue.backoff.ms", "10");
     if let Some(id) = &opts.instance_id {
         cfg.set("group.instance.id", id);
     }

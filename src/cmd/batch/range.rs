@@ -110,6 +110,8 @@ impl Log {
             .set("auto.offset.reset", "error")
             // One partition is read at a time: let each fetch bring a large slice of it.
             .set("max.partition.fetch.bytes", "16777216")
+            // Fetch again as soon as the prefetch queue has room (librdkafka waits 1 s by default).
+            .set("fetch.queue.backoff.ms", "10")
             .create()
             .context("creating batch reader")?;
         let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT).context("fetching metadata")?;
