@@ -79,6 +79,10 @@ impl SkuTask {
             let state: SkuState = codec::decode("sku state", &v)?;
             processor.restore(sku, state);
         }
+        for (k, v) in store.load_aggregates(id, Namespace::SkuLines)? {
+            let (sku, t) = decode_line_key(&k)?;
+            processor.restore_line(&sku, t, codec::decode("sku line", &v)?);
+        }
         let mut buffer = BTreeMap::new();
         for (k, v) in store.load_aggregates(id, Namespace::MergeBuffer)? {
             let key: BufferKey = codec::decode("merge buffer key", &k)?;
@@ -202,11 +206,21 @@ impl SkuTask {
         for key in self.released.drain(..) {
             batch.delete_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key));
         }
-        for (sku, state) in self.processor.take_dirty() {
-            batch.put_aggregate(self.id, Namespace::Sku, sku.as_bytes(), &codec::encode(&state));
+        for d in self.processor.take_dirty() {
+            batch.put_aggregate(self.id, Namespace::Sku, d.sku.as_bytes(), &codec::encode(&d.core));
+            for (t, units) in d.lines {
+                let key = line_key(&d.sku, t);
+                match units {
+                    Some(u) => batch.put_aggregate(self.id, Namespace::SkuLines, &key, &codec::encode(&u)),
+                    None => batch.delete_aggregate(self.id, Namespace::SkuLines, &key),
+                }
+            }
         }
-        for sku in self.processor.expire() {
+        for (sku, lines) in self.processor.expire() {
             batch.delete_aggregate(self.id, Namespace::Sku, sku.as_bytes());
+            for t in lines {
+                batch.delete_aggregate(self.id, Namespace::SkuLines, &line_key(&sku, t));
+            }
         }
         self.meta.max_event_ms = self.processor.watermark_state();
         batch.put_aggregate(self.id, Namespace::SkuMeta, META_KEY, &codec::encode(&self.meta));
@@ -274,6 +288,25 @@ impl SkuTask {
     }
 }
 
+/// `[sku length u16 BE][sku][event time ms, sign bit flipped, BE]`: one SKU's rows are
+/// contiguous and in time order.
+fn line_key(sku: &str, t: i64) -> Vec<u8> {
+    let len = u16::try_from(sku.len()).unwrap_or(u16::MAX);
+    let mut k = Vec::with_capacity(2 + sku.len() + 8);
+    k.extend_from_slice(&len.to_be_bytes());
+    k.extend_from_slice(&sku.as_bytes()[..usize::from(len)]);
+    k.extend_from_slice(&((t as u64) ^ (1 << 63)).to_be_bytes());
+    k
+}
+
+fn decode_line_key(k: &[u8]) -> Result<(String, i64), StateError> {
+    let bad = || StateError::Decode { what: "sku line key", detail: format!("{} bytes", k.len()) };
+    let len = usize::from(u16::from_be_bytes(k.get(..2).and_then(|b| b.try_into().ok()).ok_or_else(bad)?));
+    let sku = k.get(2..2 + len).ok_or_else(bad)?;
+    let t: [u8; 8] = k.get(2 + len..).and_then(|b| b.try_into().ok()).ok_or_else(bad)?;
+    Ok((String::from_utf8_lossy(sku).into_owned(), (u64::from_be_bytes(t) ^ (1 << 63)) as i64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,6 +329,16 @@ mod tests {
 
     fn mark(upstream: (u16, i32), bound_ms: i64, next_offset: i64) -> Vec<u8> {
         Derived::Mark { upstream, bound: (bound_ms, upstream.0, upstream.1, next_offset) }.encode()
+    }
+
+    #[test]
+    fn line_keys_round_trip_and_sort_by_sku_then_time() {
+        for (sku, t) in [("SKU-1", 0), ("SKU-1", -5), ("S", i64::MAX), ("", i64::MIN)] {
+            assert_eq!(decode_line_key(&line_key(sku, t)).expect("decode"), (sku.to_string(), t));
+        }
+        assert!(line_key("SKU-1", -5) < line_key("SKU-1", 3));
+        assert!(line_key("SKU-1", 3) < line_key("SKU-1", 1_000_000));
+        assert!(decode_line_key(b"\x00\x09abc").is_err());
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub enum Namespace {
     SkuMeta = 4,
     /// Provisional finance rows per business day, store and currency.
     Finance = 5,
+    /// Per-SKU order lines, one row per (SKU, event-time millisecond).
+    SkuLines = 6,
 }
 
 #[cfg(test)]

@@ -47,6 +47,15 @@ use rules::{evaluate, Cause, OpenWindow};
 pub use intent::{action_str, mode_str, ActionIntent, Evidence, Trigger};
 pub use state::{Folded, RuleRef, SkuState, Stock, Units, WindowFired};
 
+/// What to persist of a SKU that changed: its state without lines, and its changed line rows
+/// (`Some` to write, `None` to delete), keyed by event-time millisecond.
+#[derive(Clone, Debug)]
+pub struct DirtySku {
+    pub sku: String,
+    pub core: SkuState,
+    pub lines: Vec<(i64, Option<Units>)>,
+}
+
 /// Whether an order line adds or returns stock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -210,25 +219,47 @@ impl SkuProcessor {
 
     /// SKUs changed since the last call, with their state, sorted by SKU, for write-behind
     /// persistence.
-    pub fn take_dirty(&mut self) -> Vec<(String, SkuState)> {
-        std::mem::take(&mut self.dirty)
-            .into_iter()
-            .filter_map(|sku| self.skus.get(&sku).cloned().map(|s| (sku, s)))
-            .collect()
+    pub fn take_dirty(&mut self) -> Vec<DirtySku> {
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut out = Vec::with_capacity(dirty.len());
+        for sku in dirty {
+            if let Some(state) = self.skus.get_mut(&sku) {
+                let lines = state.take_line_changes();
+                out.push(DirtySku { core: state.core(), lines, sku });
+            }
+        }
+        out
     }
 
-    /// Loads persisted state of one SKU; call before applying inputs for it.
-    pub fn restore(&mut self, sku: String, state: SkuState) {
+    /// Loads the persisted state of one SKU (without its lines, which follow through
+    /// [`SkuProcessor::restore_line`]); call before applying inputs for it.
+    pub fn restore(&mut self, sku: String, mut state: SkuState) {
         self.expired_at = None;
-        self.dirty.remove(&sku);
+        if state.adopt_inline_lines() {
+            self.dirty.insert(sku.clone());
+        } else {
+            self.dirty.remove(&sku);
+        }
         self.skus.insert(sku, state);
+    }
+
+    /// Loads one persisted line row of a SKU.
+    pub fn restore_line(&mut self, sku: &str, event_time_ms: i64, units: Units) {
+        self.expired_at = None;
+        if let Some(state) = self.skus.get_mut(sku) {
+            state.restore_line(event_time_ms, units);
+        } else {
+            let mut state = SkuState::default();
+            state.restore_line(event_time_ms, units);
+            self.skus.insert(sku.to_string(), state);
+        }
     }
 
     /// Drops what no later input can observe: lines beyond retention (folded into their
     /// snapshot's sum), windows out of baseline reach, fired marks of closed windows.
-    /// Returns the SKUs whose state became empty; they are forgotten here, and the runtime
-    /// deletes their rows.
-    pub fn expire(&mut self) -> Vec<String> {
+    /// Returns the SKUs whose state became empty, with the line rows to delete; they are
+    /// forgotten here, and the runtime deletes their rows.
+    pub fn expire(&mut self) -> Vec<(String, Vec<i64>)> {
         let (Some(marks), Some(reach)) = (self.prune_marks(), self.window_reach_start()) else {
             return Vec::new();
         };
@@ -248,11 +279,13 @@ impl SkuProcessor {
                 self.dirty.insert(sku.clone());
             }
         }
-        for sku in &emptied {
-            self.skus.remove(sku);
-            self.dirty.remove(sku);
+        let mut out = Vec::with_capacity(emptied.len());
+        for sku in emptied {
+            self.dirty.remove(&sku);
+            let lines = self.skus.remove(&sku).map(|mut s| s.take_line_changes()).unwrap_or_default();
+            out.push((sku, lines.into_iter().map(|(t, _)| t).collect()));
         }
-        emptied
+        out
     }
 
     /// The partition watermark: max event time seen − allowed lateness.

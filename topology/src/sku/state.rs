@@ -62,12 +62,17 @@ pub struct WindowFired {
     pub rule: RuleRef,
 }
 
-/// All state of one SKU.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+/// All state of one SKU. Equality ignores the transient `touched` set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct SkuState {
     stock: Option<Stock>,
     /// Lines that count against `stock` (event time after its `as_of`; all lines before the
-    /// first snapshot), summed per exact event-time millisecond.
+    /// first snapshot), summed per exact event-time millisecond. Persisted as one row per
+    /// millisecond ([`SkuState::take_line_changes`]), not with the rest of the state: a hot
+    /// SKU holds thousands, and rewriting them all on every commit made the cost per record
+    /// grow with the time since the SKU's last snapshot. (States written before that kept
+    /// them inline; they still decode, see [`SkuState::adopt_inline_lines`].)
+    #[serde(serialize_with = "persisted_as_rows")]
     lines: BTreeMap<i64, Units>,
     folded: Option<Folded>,
     /// `lines` plus `folded`, kept incrementally so availability is O(1).
@@ -77,9 +82,66 @@ pub struct SkuState {
     /// Units placed per event-time window start.
     windows: BTreeMap<i64, u64>,
     window_fired: BTreeSet<WindowFired>,
+    /// Milliseconds of `lines` added, changed or removed since the last
+    /// [`SkuState::take_line_changes`]; never persisted.
+    #[serde(skip)]
+    touched: BTreeSet<i64>,
+}
+
+impl PartialEq for SkuState {
+    fn eq(&self, other: &Self) -> bool {
+        self.stock == other.stock
+            && self.lines == other.lines
+            && self.folded == other.folded
+            && self.since == other.since
+            && self.snapshot_fired == other.snapshot_fired
+            && self.windows == other.windows
+            && self.window_fired == other.window_fired
+    }
+}
+
+impl Eq for SkuState {}
+
+/// Writes `lines` as an empty map: they are persisted row by row.
+fn persisted_as_rows<S: serde::Serializer>(_: &BTreeMap<i64, Units>, s: S) -> Result<S::Ok, S::Error> {
+    BTreeMap::<i64, Units>::new().serialize(s)
 }
 
 impl SkuState {
+    /// Everything but the lines, for persisting; the lines go row by row.
+    pub fn core(&self) -> SkuState {
+        SkuState {
+            stock: self.stock,
+            lines: BTreeMap::new(),
+            folded: self.folded,
+            since: self.since,
+            snapshot_fired: self.snapshot_fired.clone(),
+            windows: self.windows.clone(),
+            window_fired: self.window_fired.clone(),
+            touched: BTreeSet::new(),
+        }
+    }
+
+    /// The line rows to write (`Some`) or delete (`None`) since the last call.
+    pub fn take_line_changes(&mut self) -> Vec<(i64, Option<Units>)> {
+        std::mem::take(&mut self.touched).into_iter().map(|t| (t, self.lines.get(&t).copied())).collect()
+    }
+
+    /// Adds a persisted line row back on restore.
+    pub fn restore_line(&mut self, event_time_ms: i64, units: Units) {
+        self.lines.insert(event_time_ms, units);
+    }
+
+    /// A state decoded from the first format carries its lines inline: mark them all to be
+    /// written as rows. Returns whether there were any (the state must then be persisted).
+    pub(super) fn adopt_inline_lines(&mut self) -> bool {
+        if self.lines.is_empty() {
+            return false;
+        }
+        self.touched.extend(self.lines.keys().copied());
+        true
+    }
+
     /// The latest snapshot applied, if any.
     pub fn stock(&self) -> Option<Stock> {
         self.stock
@@ -130,6 +192,7 @@ impl SkuState {
                 break;
             }
             let units = entry.remove();
+            self.touched.insert(t);
             changed = true;
             if self.stock.is_none() {
                 self.since.sub(units);
@@ -150,6 +213,7 @@ impl SkuState {
             return false;
         }
         self.lines.entry(event_time_ms).or_default().add(units);
+        self.touched.insert(event_time_ms);
         self.since.add(units);
         true
     }
@@ -161,7 +225,12 @@ impl SkuState {
             return false;
         }
         self.stock = Some(stock);
-        self.lines.retain(|t, _| *t > stock.as_of_ms);
+        let kept = match stock.as_of_ms.checked_add(1) {
+            Some(after) => self.lines.split_off(&after),
+            None => BTreeMap::new(),
+        };
+        self.touched.extend(self.lines.keys().copied());
+        self.lines = kept;
         if self.folded.is_some_and(|f| f.last_ms <= stock.as_of_ms) {
             self.folded = None;
         }

@@ -260,9 +260,7 @@ fn a_new_rule_version_fires_under_new_keys_even_for_an_already_fired_snapshot() 
 
     // Redeploy with version 2 over the persisted state: the next update fires v2 once.
     let mut v2 = Driver::new(vec![rule("oversell", 2, RuleMode::Act, RuleKind::Oversell)]);
-    for (sku, state) in v1.p.take_dirty() {
-        v2.p.restore(sku, state);
-    }
+    transplant(&mut v1.p, &mut v2.p);
     v2.p.restore_watermark(v1.p.watermark_state());
     let out = v2.feed(&[placed(1, T0 + 2 * SEC), placed(1, T0 + 3 * SEC)]);
     assert_eq!(keys(&out), ["oversell:v2:SKU-1:snapshot:2026-11-28T00:00:00.000Z"]);
@@ -379,6 +377,22 @@ fn workload() -> Vec<SkuInput> {
     out
 }
 
+/// Persists every dirty SKU of `from` (state through JSON, line rows) into `to`, as the
+/// runtime does through RocksDB.
+fn transplant(from: &mut SkuProcessor, to: &mut SkuProcessor) {
+    for d in from.take_dirty() {
+        to.restore(
+            d.sku.clone(),
+            serde_json::from_str(&serde_json::to_string(&d.core).expect("encode")).expect("decode"),
+        );
+        for (t, units) in d.lines {
+            if let Some(u) = units {
+                to.restore_line(&d.sku, t, u);
+            }
+        }
+    }
+}
+
 fn all_rules() -> Vec<Rule> {
     vec![oversell(), low_stock(20, 100), velocity(15, 2, 5)]
 }
@@ -408,16 +422,8 @@ fn saving_and_restoring_between_two_halves_gives_the_same_outputs_as_one_run() {
         let mut first = Driver::new(all_rules());
         let mut out = first.feed(&inputs[..split]);
         // Persist through an encoding, as the runtime would.
-        let saved: Vec<(String, String)> = first
-            .p
-            .take_dirty()
-            .into_iter()
-            .map(|(sku, s)| (sku, serde_json::to_string(&s).expect("encode")))
-            .collect();
         let mut second = Driver::new(all_rules());
-        for (sku, json) in saved {
-            second.p.restore(sku, serde_json::from_str(&json).expect("decode"));
-        }
+        transplant(&mut first.p, &mut second.p);
         second.p.restore_watermark(first.p.watermark_state());
         out.extend(second.feed(&inputs[split..]));
         assert_eq!(out, expected, "split at {split}");
@@ -447,15 +453,34 @@ fn persisted_state_round_trips_through_serde() {
     d.feed(&workload()[..200]);
     let dirty = d.p.take_dirty();
     assert!(!dirty.is_empty());
-    let skus: Vec<&str> = dirty.iter().map(|(s, _)| s.as_str()).collect();
+    let skus: Vec<&str> = dirty.iter().map(|x| x.sku.as_str()).collect();
     let mut sorted = skus.clone();
     sorted.sort_unstable();
     assert_eq!(skus, sorted);
-    for (_, state) in dirty {
-        let back: SkuState = serde_json::from_str(&serde_json::to_string(&state).expect("encode")).expect("decode");
-        assert_eq!(back, state);
+    let mut restored = Driver::new(all_rules());
+    for x in dirty {
+        let back: SkuState = serde_json::from_str(&serde_json::to_string(&x.core).expect("encode")).expect("decode");
+        assert_eq!(back, x.core);
+        assert!(x.core.exact_line_count() == 0, "lines are persisted as rows, not with the state");
+        restored.p.restore(x.sku.clone(), back);
+        for (t, units) in x.lines {
+            // `None`: a row written and deleted again before this first persist.
+            if let Some(u) = units {
+                restored.p.restore_line(&x.sku, t, u);
+            }
+        }
+        assert_eq!(restored.p.state(&x.sku), d.p.state(&x.sku), "{}: state + rows = the state", x.sku);
     }
     assert!(d.p.take_dirty().is_empty(), "taking clears the dirty set");
+
+    // After a new snapshot, the rows it drops come back as deletions, and only they.
+    let mut d = Driver::new(all_rules());
+    d.feed(&[placed(1, T0), placed(2, T0 + SEC), placed(3, T0 + 2 * SEC)]);
+    d.p.take_dirty();
+    d.feed(&[snapshot(50, T0 + SEC)]);
+    let changes: Vec<(i64, Option<u64>)> =
+        d.p.take_dirty().remove(0).lines.into_iter().map(|(t, u)| (t, u.map(|u| u.placed))).collect();
+    assert_eq!(changes, [(T0, None), (T0 + SEC, None)]);
 }
 
 #[test]
@@ -474,12 +499,12 @@ fn expire_prunes_and_returns_the_skus_left_empty() {
 
     // A line on another SKU moves the watermark past T0's and T0+1m's retention.
     d.feed(&[line("SKU-C", LineKind::Placed, 1, T0 + 2 * MIN + 7 * HOUR)]);
-    assert_eq!(d.p.expire(), ["SKU-A"]);
+    assert_eq!(d.p.expire(), [("SKU-A".to_string(), vec![T0])], "with the line row to delete");
     assert!(d.p.state("SKU-A").is_none());
     let s = d.p.state(SKU).expect("a SKU with a snapshot is kept");
     assert_eq!((s.exact_line_count(), s.window_count()), (1, 0));
     assert_eq!(s.available(), Some(1), "lines folded past retention still count against the snapshot");
-    let dirty: Vec<String> = d.p.take_dirty().into_iter().map(|(sku, _)| sku).collect();
+    let dirty: Vec<String> = d.p.take_dirty().into_iter().map(|x| x.sku).collect();
     assert_eq!(dirty, [SKU, "SKU-C"]);
 
     // A newer snapshot passing the folded lines releases them.
@@ -531,14 +556,28 @@ fn a_snapshot_inside_the_folded_span_keeps_every_folded_line_counting_whether_or
 fn expire_also_prunes_state_restored_after_it_last_ran() {
     let mut old = Driver::new(vec![velocity(1000, 1, 15)]);
     old.feed(&[line("SKU-A", LineKind::Placed, 2, T0)]);
-    let saved = old.p.take_dirty();
 
     let mut d = Driver::new(vec![velocity(1000, 1, 15)]);
     d.feed(&[line("SKU-C", LineKind::Placed, 1, T0 + 8 * HOUR)]);
     assert!(d.p.expire().is_empty());
-    for (sku, state) in saved {
-        d.p.restore(sku, state);
-    }
-    assert_eq!(d.p.expire(), ["SKU-A"], "same watermark, but new state to look at");
+    transplant(&mut old.p, &mut d.p);
+    assert_eq!(d.p.expire(), [("SKU-A".to_string(), vec![T0])], "same watermark, but new state to look at");
     assert!(d.p.expire().is_empty());
+}
+
+#[test]
+fn a_state_of_the_first_format_with_inline_lines_is_rewritten_as_rows_at_the_next_commit() {
+    let mut d = Driver::new(vec![oversell()]);
+    d.feed(&[snapshot(10, T0 - SEC), placed(4, T0), placed(1, T0 + SEC)]);
+    let x = d.p.take_dirty().remove(0);
+    // The first format: the same state with its lines inline.
+    let mut old = serde_json::to_value(&x.core).expect("encode");
+    old["lines"] = serde_json::json!({ T0.to_string(): {"placed": 4, "cancelled": 0}, (T0 + SEC).to_string(): {"placed": 1, "cancelled": 0} });
+    let mut fresh = Driver::new(vec![oversell()]);
+    fresh.p.restore(SKU.into(), serde_json::from_value(old).expect("decode"));
+    assert_eq!(fresh.p.state(SKU), d.p.state(SKU));
+    let again = fresh.p.take_dirty();
+    assert_eq!(again.len(), 1, "the adopted state is persisted again");
+    let rows: Vec<(i64, Option<u64>)> = again[0].lines.iter().map(|(t, u)| (*t, u.map(|u| u.placed))).collect();
+    assert_eq!(rows, [(T0, Some(4)), (T0 + SEC, Some(1))]);
 }
