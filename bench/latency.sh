@@ -2,6 +2,7 @@
 # Action latency at a steady paced input: p50/p99 of append→2xx and of each budget segment.
 #
 #   bench/latency.sh [RATE] [SECONDS]        (defaults: 20000 events/s for 60 s)
+#   IDLE_SKEW=300ms COMMIT_INTERVAL=100ms bench/latency.sh ...   (topology overrides)
 #
 # Starts the benchmark broker (port 39092) unless up, creates a run's topics (all three rules
 # in `act` mode, thresholds that fire steadily), starts `tidemark run` with /metrics and a
@@ -25,10 +26,14 @@ trap cleanup EXIT
 RX_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 HTTP_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 python3 "$BENCH/lib/receiver.py" "$RX_PORT" "$WORK/actions.jsonl" & RX_PID=$!
-python3 - "$ROOT/topology/examples/orders.toml" "$WORK/topology.toml" "$RUN" "http://127.0.0.1:$RX_PORT/actions" <<'PY'
+python3 - "$ROOT/topology/examples/orders.toml" "$WORK/topology.toml" "$RUN" "http://127.0.0.1:$RX_PORT/actions" "${IDLE_SKEW:-}" "${COMMIT_INTERVAL:-}" <<'PY'
 import sys
-src, out, run, url = sys.argv[1:]
+src, out, run, url, idle_skew, commit_interval = sys.argv[1:]
 t = open(src).read()
+if idle_skew:
+    t = t.replace('idle_skew = "2s"', f'idle_skew = "{idle_skew}"')
+if commit_interval:
+    t = t.replace('commit_interval = "200ms"', f'commit_interval = "{commit_interval}"')
 t = t.replace('topic = "orders"', f'topic = "{run}.orders"').replace('topic = "inventory"', f'topic = "{run}.inventory"')
 t = t.replace('topic = "tidemark.', f'topic = "{run}.')
 t = t.replace('# action_url = "https://inventory.internal/actions"', f'action_url = "{url}"')
@@ -60,9 +65,10 @@ blog "producing $EVENTS events at $RATE/s (open loop)"
   --rate "$RATE" --paced --start now --seed 3 --skus 2000 --inventory-every 1000 > "$WORK/gen.json" 2> "$WORK/gen.log"
 sleep 10
 curl -sf "127.0.0.1:$HTTP_PORT/metrics" > "$WORK/metrics.txt"
-python3 - "$WORK/metrics.txt" "$RATE" "$SECS" "$WORK/actions.jsonl" "$(loadavg)" "$BIN_INFO" <<'PY' | tee -a "$RESULTS/latency.jsonl"
+python3 - "$WORK/metrics.txt" "$RATE" "$SECS" "$WORK/actions.jsonl" "$(loadavg)" "$BIN_INFO" "${IDLE_SKEW:-2s}" "${COMMIT_INTERVAL:-200ms}" <<'PY' | tee -a "$RESULTS/latency.jsonl"
 import json, re, sys
-page, rate, secs, actions, load, build = sys.argv[1:]
+page, rate, secs, actions, load, build, idle_skew, commit_interval = sys.argv[1:]
+broken = sum(float(l.split()[-1]) for l in open(page) if l.startswith("tidemark_merge_broken_promises_total"))
 buckets = {}
 for line in open(page):
     m = re.match(r'tidemark_latency_seconds_bucket\{(.*)\} (\S+)', line)
@@ -79,7 +85,8 @@ def q(bs, p):
             return prev_le + (le - prev_le) * ((target - prev_n) / max(n - prev_n, 1e-9))
         prev_le, prev_n = le, n
 out = {"bench": "latency", "rate": int(rate), "seconds": int(secs), "actions": sum(1 for _ in open(actions)),
-       "loadavg_at_end": float(load), "build": build, "quantiles_ms": {}}
+       "loadavg_at_end": float(load), "build": build, "idle_skew": idle_skew, "commit_interval": commit_interval,
+       "merge_broken_promises": broken, "quantiles_ms": {}}
 for seg, bs in sorted(buckets.items()):
     out["quantiles_ms"][seg] = {k: (None if v is None else round(v * 1000, 1)) for k, v in (("p50", q(bs, .5)), ("p99", q(bs, .99)))} | {"count": int(sorted(bs)[-1][1])}
 print(json.dumps(out))
