@@ -16,21 +16,9 @@ set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 N="${1:-2000000}"; LIVE_RATE="${2:-20000}"; MAX_S="${3:-900}"; PARTITIONS="${PARTITIONS:-4}"
 ensure_tidemark; broker_up
-TAG="catchup-$(date +%s)"
-WORK="$(mktemp -d /tmp/bench-$TAG.XXXX)"
-PIDS=()
-cleanup() {
-  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"/state*; eval "${trap_extra:-}"; broker_down_wipe
-}
-trap cleanup EXIT
-RX_PORT=$(free_port); HTTP=$(free_port)
-python3 "$BENCH/lib/receiver.py" "$RX_PORT" "$WORK/actions.jsonl" & PIDS+=($!)
-MACHINE="$(machine_json)"
-topology_file "$WORK/t.toml" "$TAG" "$PARTITIONS" act "http://127.0.0.1:$RX_PORT/actions" "${MIN_UNITS:-50}" "${FACTOR_RULE:-3.0}" 15
-"$BIN" topics --bootstrap "$BOOT" --topology "$WORK/t.toml" >/dev/null 2>&1
+scenario_begin catchup
+HTTP=$(free_port)
+scenario_topology
 SPAN=$(( N / LIVE_RATE + 1 ))
 BSTART="$(date -u -d "-$SPAN sec" +%Y-%m-%dT%H:%M:%SZ)"
 blog "producing the backlog: $N records (event times from $BSTART, ${SPAN}s at ${LIVE_RATE}/s simulated)"

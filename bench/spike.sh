@@ -30,19 +30,7 @@ EVENTS=$(python3 -c "print(int($BASE*($PRE_S+$POST_S) + $BASE*$FACTOR*$SPIKE_S))
 ensure_tidemark
 case "$SYSTEMS" in *ks-*) ensure_kstreams;; esac
 broker_up
-TAG="spike-$(date +%s)"
-WORK="$(mktemp -d /tmp/bench-$TAG.XXXX)"
-PIDS=()
-cleanup() {
-  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"/state*; eval "${trap_extra:-}"; broker_down_wipe
-}
-trap cleanup EXIT
-RX_PORT=$(free_port)
-python3 "$BENCH/lib/receiver.py" "$RX_PORT" "$WORK/actions.jsonl" & PIDS+=($!)
-MACHINE="$(machine_json)"
+scenario_begin spike
 ARGS_JSON="{\"base\": $BASE, \"pre_s\": $PRE_S, \"spike_s\": $SPIKE_S, \"post_s\": $POST_S, \"factor\": $FACTOR, \"events\": $EVENTS, \"event_bytes\": ${EVENT_BYTES:-1024}, \"partitions\": $PARTITIONS}"
 
 # run_spike SYSTEM: one run; writes $WORK/SYSTEM.{samples,gen.log,marks,...}

@@ -15,21 +15,9 @@ set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 RATES="${1:-20000 30000 40000 50000 60000}"; STEP_S="${2:-120}"; JUDGE_S="${3:-60}"; PARTITIONS="${PARTITIONS:-4}"
 ensure_tidemark; broker_up
-TAG="steady-$(date +%s)"
-WORK="$(mktemp -d /tmp/bench-$TAG.XXXX)"
-PIDS=()
-cleanup() {
-  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"/state*; eval "${trap_extra:-}"; broker_down_wipe
-}
-trap cleanup EXIT
-RX_PORT=$(free_port); HTTP=$(free_port)
-python3 "$BENCH/lib/receiver.py" "$RX_PORT" "$WORK/actions.jsonl" & PIDS+=($!)
-MACHINE="$(machine_json)"
-topology_file "$WORK/t.toml" "$TAG" "$PARTITIONS" act "http://127.0.0.1:$RX_PORT/actions" "${MIN_UNITS:-50}" "${FACTOR_RULE:-3.0}" 15
-"$BIN" topics --bootstrap "$BOOT" --topology "$WORK/t.toml" >/dev/null 2>&1
+scenario_begin steady
+HTTP=$(free_port)
+scenario_topology
 start_tidemark "$WORK/t.toml" "$WORK/state" "$TAG" "$HTTP" "$WORK/tm.log" "$WORK/tm.pid"
 wait_ready "$HTTP" 120 || { cat "$WORK/tm.log" >&2; exit 1; }
 python3 "$BENCH/lib/sampler.py" "$WORK/samples.jsonl" --url "http://127.0.0.1:$HTTP/metrics" \

@@ -124,3 +124,32 @@ broker_down_wipe() {
   broker_down
   if [ "$STARTED_BROKER" = 1 ] && [ -z "${KEEP_BROKER:-}" ]; then rm -rf "$KAFKA_RUN/data"; fi
 }
+
+# scenario_begin KIND: what every scenario script starts with. Sets TAG (KIND-<epoch>),
+# WORK (its temp dir), PIDS (background processes to kill), RX_PORT (the action receiver,
+# started here) and MACHINE; installs scenario_cleanup on EXIT.
+scenario_begin() {
+  TAG="$1-$(date +%s)"
+  WORK="$(mktemp -d /tmp/bench-$TAG.XXXX)"
+  PIDS=()
+  trap scenario_cleanup EXIT
+  RX_PORT=$(free_port)
+  python3 "$BENCH/lib/receiver.py" "$RX_PORT" "$WORK/actions.jsonl" & PIDS+=($!)
+  MACHINE="$(machine_json)"
+}
+
+# Kills what the run started (pid files in WORK, PIDS), removes its state directories, runs
+# the script's own trap_extra, and stops the broker it started, wiping its data.
+scenario_cleanup() {
+  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"/state*; eval "${trap_extra:-}"; broker_down_wipe
+}
+
+# scenario_topology: the run's topology file $WORK/t.toml (velocity_spike in act mode,
+# posting to the receiver) and its topics.
+scenario_topology() {
+  topology_file "$WORK/t.toml" "$TAG" "$PARTITIONS" act "http://127.0.0.1:$RX_PORT/actions" "${MIN_UNITS:-50}" "${FACTOR_RULE:-3.0}" 15
+  "$BIN" topics --bootstrap "$BOOT" --topology "$WORK/t.toml" >/dev/null 2>&1
+}
