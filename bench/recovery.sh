@@ -24,6 +24,7 @@ RATE="${1:-20000}"; HISTORY="${2:-4000000}"; PRE_KILL_S="${3:-60}"; POST_KILL_S=
 PARTITIONS="${PARTITIONS:-4}"; HISTORY_SPAN="${HISTORY_SPAN:-7200}"
 ensure_tidemark; broker_up
 scenario_begin recovery
+[ -z "${RECOVERY_DYNAMIC:-}" ] && export TM_EXTRA="--instance-id $TAG-0"
 HTTP=$(free_port)
 scenario_topology
 start_tidemark "$WORK/t.toml" "$WORK/state" "$TAG" "$HTTP" "$WORK/tm.log" "$WORK/tm.pid"
