@@ -256,7 +256,7 @@ impl PartitionTask {
         // A day's row is dropped once its last window has expired: every later event of that
         // day goes to the late output, so the row can never change again.
         while let Some(entry) = self.days.first_entry() {
-            let last_window = self.calendar.day_end_ms(&entry.key().day).map(|end| window_start(end - 1, size_ms));
+            let last_window = self.calendar.day_end_ms(entry.key().day).map(|end| window_start(end - 1, size_ms));
             if !last_window.is_some_and(|start| self.cfg.window.expired(start, wm)) {
                 break;
             }

@@ -72,15 +72,19 @@ impl FinanceKey {
     }
 }
 
-/// Running totals of one row.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Running totals of one row (persisted by the stream's provisional rows).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinanceAgg {
     /// Placed events.
     pub orders: u64,
     /// Events applied (placed, cancelled, refunded).
     pub events: u64,
+    // Decimal's default serde impl needs a self-describing format; state is bincode.
+    #[serde(with = "rust_decimal::serde::str")]
     pub gross: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
     pub cancelled: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
     pub refunded: Decimal,
 }
 

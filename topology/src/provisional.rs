@@ -22,59 +22,30 @@ use crate::dashboard::rfc3339_ms;
 use crate::event::{CanonicalEvent, EventKind};
 use crate::finance::{day_bounds_ms, FinanceAgg};
 
-/// Identifies one provisional row within a partition. `day` is `YYYY-MM-DD`, so keys sort
-/// by day.
+/// Identifies one provisional row within a partition; keys sort by day.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ProvKey {
-    pub day: String,
+    pub day: NaiveDate,
     pub store: String,
     pub currency: Currency,
 }
 
-/// Running totals of one row in one partition (the persisted form).
+/// Running totals of one row in one partition (the persisted form): the close's own sums
+/// ([`FinanceAgg`], so the two cannot drift apart) and the latest append time applied.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProvAgg {
-    pub orders: u64,
-    /// Events applied: the row's version.
-    pub events: u64,
-    // Decimal's default serde impl needs a self-describing format; state is bincode.
-    #[serde(with = "rust_decimal::serde::str")]
-    pub gross: Decimal,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub cancelled: Decimal,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub refunded: Decimal,
-    /// Latest broker append time among the applied events.
+    pub sums: FinanceAgg,
     pub as_of_ms: i64,
 }
 
 impl ProvAgg {
-    /// Applies one deduplicated event of this row; shipped events change nothing. The money
-    /// arithmetic is the close's ([`FinanceAgg::apply`]), so the two cannot drift apart.
+    /// Applies one deduplicated event of this row; shipped events change nothing.
     pub fn apply(&mut self, event: &CanonicalEvent, append_ms: i64) {
         if event.kind == EventKind::Shipped {
             return;
         }
-        let mut f = FinanceAgg {
-            orders: self.orders,
-            events: self.events,
-            gross: self.gross,
-            cancelled: self.cancelled,
-            refunded: self.refunded,
-        };
-        f.apply(event);
-        *self = ProvAgg {
-            orders: f.orders,
-            events: f.events,
-            gross: f.gross,
-            cancelled: f.cancelled,
-            refunded: f.refunded,
-            as_of_ms: self.as_of_ms.max(append_ms),
-        };
-    }
-
-    pub fn net(&self) -> Decimal {
-        self.gross - self.cancelled - self.refunded
+        self.sums.apply(event);
+        self.as_of_ms = self.as_of_ms.max(append_ms);
     }
 }
 
@@ -84,7 +55,7 @@ impl ProvAgg {
 #[derive(Clone, Debug)]
 pub struct DayCalendar {
     tz: Tz,
-    last: Option<(i64, i64, String)>,
+    last: Option<(i64, i64, NaiveDate)>,
 }
 
 impl DayCalendar {
@@ -92,21 +63,22 @@ impl DayCalendar {
         DayCalendar { tz, last: None }
     }
 
-    /// `YYYY-MM-DD` of `event_time_ms` in the zone; `None` outside chrono's range.
-    pub fn day_of(&mut self, event_time_ms: i64) -> Option<&str> {
-        let hit = matches!(&self.last, Some((start, end, _)) if (*start..*end).contains(&event_time_ms));
-        if !hit {
-            let day = crate::finance::business_day(event_time_ms, self.tz)?;
-            let (start, end) = day_bounds_ms(day, self.tz)?;
-            self.last = Some((start, end, day.to_string()));
+    /// The date of `event_time_ms` in the zone; `None` outside chrono's range.
+    pub fn day_of(&mut self, event_time_ms: i64) -> Option<NaiveDate> {
+        match self.last {
+            Some((start, end, day)) if (start..end).contains(&event_time_ms) => Some(day),
+            _ => {
+                let day = crate::finance::business_day(event_time_ms, self.tz)?;
+                let (start, end) = day_bounds_ms(day, self.tz)?;
+                self.last = Some((start, end, day));
+                Some(day)
+            }
         }
-        self.last.as_ref().map(|(_, _, d)| d.as_str())
     }
 
-    /// The first instant after `day` (UTC ms); `None` for a malformed day.
-    pub fn day_end_ms(&self, day: &str) -> Option<i64> {
-        let date = NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?;
-        day_bounds_ms(date, self.tz).map(|(_, end)| end)
+    /// The first instant after `day` (UTC ms).
+    pub fn day_end_ms(&self, day: NaiveDate) -> Option<i64> {
+        day_bounds_ms(day, self.tz).map(|(_, end)| end)
     }
 }
 
@@ -117,7 +89,7 @@ pub fn key_for(event: &CanonicalEvent, calendar: &mut DayCalendar) -> Option<Pro
         return None;
     }
     let currency = event.currency?;
-    let day = calendar.day_of(event.event_time_ms)?.to_string();
+    let day = calendar.day_of(event.event_time_ms)?;
     Some(ProvKey { day, store: event.store.clone(), currency })
 }
 
@@ -142,19 +114,19 @@ pub struct ProvisionalRecord {
 
 impl ProvisionalRecord {
     pub fn new(key: &ProvKey, partition: i32, agg: &ProvAgg) -> ProvisionalRecord {
-        let c = key.currency;
+        let (c, sums) = (key.currency, &agg.sums);
         ProvisionalRecord {
-            day: key.day.clone(),
+            day: key.day.to_string(),
             store: key.store.clone(),
             currency: c.code().to_string(),
             source_partition: partition,
-            orders: agg.orders,
-            events: agg.events,
-            gross: c.canonical(agg.gross),
-            cancelled: c.canonical(agg.cancelled),
-            refunded: c.canonical(agg.refunded),
-            net: c.canonical(agg.net()),
-            version: agg.events,
+            orders: sums.orders,
+            events: sums.events,
+            gross: c.canonical(sums.gross),
+            cancelled: c.canonical(sums.cancelled),
+            refunded: c.canonical(sums.refunded),
+            net: c.canonical(sums.net()),
+            version: sums.events,
             as_of: rfc3339_ms(agg.as_of_ms),
         }
     }
@@ -185,10 +157,11 @@ mod tests {
         let mut cal = DayCalendar::new(chrono_tz::Asia::Tokyo);
         // 15:30 UTC on the 28th is 00:30 on the 29th in Tokyo.
         let late_evening = ev(EventKind::Placed, "2026-11-28T15:30:00Z", vec![(1, "100")], None);
-        assert_eq!(key_for(&late_evening, &mut cal).map(|k| k.day), Some("2026-11-29".into()));
+        assert_eq!(key_for(&late_evening, &mut cal).map(|k| k.day.to_string()), Some("2026-11-29".into()));
         let before = ev(EventKind::Placed, "2026-11-28T14:59:59.999Z", vec![(1, "100")], None);
-        assert_eq!(key_for(&before, &mut cal).map(|k| k.day), Some("2026-11-28".into()));
-        assert_eq!(cal.day_end_ms("2026-11-28"), Some(before.event_time_ms + 1));
+        assert_eq!(key_for(&before, &mut cal).map(|k| k.day.to_string()), Some("2026-11-28".into()));
+        let day = NaiveDate::from_ymd_opt(2026, 11, 28).expect("date");
+        assert_eq!(cal.day_end_ms(day), Some(before.event_time_ms + 1));
     }
 
     #[test]
@@ -198,8 +171,8 @@ mod tests {
         agg.apply(&ev(EventKind::Cancelled, "2026-11-29T01:01:00Z", vec![(1, "500")], None), 30);
         agg.apply(&ev(EventKind::Refunded, "2026-11-29T01:02:00Z", vec![], Some("100")), 20);
         agg.apply(&ev(EventKind::Shipped, "2026-11-29T01:03:00Z", vec![(1, "500")], None), 40);
-        assert_eq!((agg.orders, agg.events, agg.as_of_ms), (1, 3, 30));
-        assert_eq!(agg.net(), Decimal::from(4460 - 500 - 100));
+        assert_eq!((agg.sums.orders, agg.sums.events, agg.as_of_ms), (1, 3, 30));
+        assert_eq!(agg.sums.net(), Decimal::from(4460 - 500 - 100));
     }
 
     #[test]

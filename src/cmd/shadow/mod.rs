@@ -138,13 +138,13 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
     let groups: [(&'static str, usize, Vec<Mismatch>); 4] = [
         (
             "dashboard rows: stream vs micro-batch",
-            stream.dashboard.len(),
-            exact("dashboard stream/microbatch", &stream.dashboard, &micro.dashboard),
+            stream.dashboard.last.len(),
+            exact("dashboard stream/microbatch", &stream.dashboard.last, &micro.dashboard.last),
         ),
         (
             "finance rows: stream vs micro-batch",
-            stream.finance.len(),
-            exact("finance stream/microbatch", &stream.finance, &micro.finance),
+            stream.finance.last.len(),
+            exact("finance stream/microbatch", &stream.finance.last, &micro.finance.last),
         ),
         (
             "finance per day/store/currency: batch vs stream",
@@ -171,8 +171,8 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
     let unexplained = mismatches.iter().filter(|m| !m.explained).count();
     let summary = |p: &replay::Published| ModeSummary {
         commits: p.commits,
-        dashboard_rows: p.dashboard.len(),
-        finance_rows: p.finance.len(),
+        dashboard_rows: p.dashboard.last.len(),
+        finance_rows: p.finance.last.len(),
         late_records: p.late.len(),
         dead_letters: p.dead_letters,
     };
@@ -190,8 +190,8 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
             finance_keys: batch.finance.len(),
             dashboard_keys: batch.dashboard.len(),
         },
-        revisions_dashboard: Revisions::of(&stream.revisions_of("d:"), &micro.revisions_of("d:")),
-        revisions_finance: Revisions::of(&stream.revisions_of("f:"), &micro.revisions_of("f:")),
+        revisions_dashboard: Revisions::of(&stream.dashboard.revisions, &micro.dashboard.revisions),
+        revisions_finance: Revisions::of(&stream.finance.revisions, &micro.finance.revisions),
         comparisons,
         mismatches,
         unexplained,

@@ -38,14 +38,25 @@ pub trait Source {
 pub const FINANCE_FIELDS: [&str; 6] = ["orders", "events", "gross", "cancelled", "refunded", "net"];
 pub const DASHBOARD_FIELDS: [&str; 7] = ["orders", "units", "gross", "cancelled", "refunded", "net", "version"];
 
+/// The rows of one upsert sink: final value and number of records published, per key.
+#[derive(Default)]
+pub struct Rows {
+    pub last: BTreeMap<String, Vec<u8>>,
+    pub revisions: BTreeMap<String, u64>,
+}
+
+impl Rows {
+    fn put(&mut self, key: String, value: Vec<u8>) {
+        *self.revisions.entry(key.clone()).or_default() += 1;
+        self.last.insert(key, value);
+    }
+}
+
 /// What stream or micro-batch published.
 #[derive(Default)]
 pub struct Published {
-    /// Final value per row key, dashboard and provisional finance apart.
-    pub dashboard: BTreeMap<String, Vec<u8>>,
-    pub finance: BTreeMap<String, Vec<u8>>,
-    /// Records published per row key (`d:` / `f:` prefixed).
-    pub revisions: BTreeMap<String, u64>,
+    pub dashboard: Rows,
+    pub finance: Rows,
     /// Late-output records: the events the mode did not aggregate.
     pub late: Vec<(Vec<u8>, i64)>,
     pub dead_letters: u64,
@@ -55,16 +66,10 @@ pub struct Published {
 impl Published {
     fn take(&mut self, out: &mut Vec<OutputRecord>) {
         for r in out.drain(..) {
-            let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+            let key = || String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
             match r.sink {
-                Sink::Dashboard => {
-                    *self.revisions.entry(format!("d:{key}")).or_default() += 1;
-                    self.dashboard.insert(key, r.value);
-                }
-                Sink::Finance => {
-                    *self.revisions.entry(format!("f:{key}")).or_default() += 1;
-                    self.finance.insert(key, r.value);
-                }
+                Sink::Dashboard => self.dashboard.put(key(), r.value),
+                Sink::Finance => self.finance.put(key(), r.value),
                 Sink::Late => {
                     let append = r.headers.iter().find(|(k, _)| *k == headers::SOURCE_APPEND_MS);
                     let append_ms = append.and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
@@ -74,11 +79,6 @@ impl Published {
                 Sink::Repartition => {}
             }
         }
-    }
-
-    /// Revisions of one kind (`d:` or `f:`), keyed without the prefix.
-    pub fn revisions_of(&self, prefix: &str) -> BTreeMap<String, u64> {
-        self.revisions.iter().filter_map(|(k, n)| Some((k.strip_prefix(prefix)?.to_string(), *n))).collect()
     }
 }
 
@@ -219,13 +219,13 @@ fn add(into: &mut Figures, f: &Figures) {
 /// The stream's published rows summed over source partitions, in the batch's keys.
 pub fn summed(p: &Published) -> anyhow::Result<(BTreeMap<String, Figures>, BTreeMap<String, Figures>)> {
     let mut finance: BTreeMap<String, Figures> = BTreeMap::new();
-    for v in p.finance.values() {
+    for v in p.finance.last.values() {
         let r: ProvisionalRecord = serde_json::from_slice(v)?;
         let f = vec![r.orders.into(), r.events.into(), r.gross, r.cancelled, r.refunded, r.net];
         add(finance.entry(format!("{}|{}|{}", r.day, r.store, r.currency)).or_default(), &f);
     }
     let mut dash: BTreeMap<String, Figures> = BTreeMap::new();
-    for v in p.dashboard.values() {
+    for v in p.dashboard.last.values() {
         let r: DashboardRecord = serde_json::from_slice(v)?;
         let f = vec![r.orders.into(), r.units.into(), r.gross, r.cancelled, r.refunded, r.net, r.version.into()];
         add(dash.entry(format!("{}|{}|{}", r.window_start, r.store, r.currency)).or_default(), &f);
