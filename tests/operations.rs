@@ -113,7 +113,7 @@ fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page
         let ready = http("GET", port, "/readyz")?.0 == 200;
         (n >= 3000.0 && committed && ready).then_some(page)
     });
-    let names = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/helm/metric-names.txt")).expect("names");
+    let names = std::fs::read_to_string(common::repo_path("helm/metric-names.txt")).expect("names");
     let mut missing = Vec::new();
     for name in names.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
         let present = [name.to_string(), format!("{name}_bucket"), format!("{name}_count")]

@@ -323,9 +323,14 @@ impl PartitionTask {
     /// match again. Append times may step back a little (leader change, clock correction),
     /// hence the margin.
     pub fn committed(&self, store: &Store) {
+        store.set_dedup_horizon(self.id, self.dedup_horizon());
+    }
+
+    /// The horizon [`PartitionTask::committed`] sets, for the checkpoint as of now: read it
+    /// right after [`PartitionTask::finish`] to apply it once that batch is durable.
+    pub fn dedup_horizon(&self) -> i64 {
         const APPEND_TIME_MARGIN_MS: i64 = 3_600_000;
-        let horizon = self.checkpoint.max_append_ms - self.cfg.dedup_retention_ms - APPEND_TIME_MARGIN_MS;
-        store.set_dedup_horizon(self.id, horizon);
+        self.checkpoint.max_append_ms - self.cfg.dedup_retention_ms - APPEND_TIME_MARGIN_MS
     }
 }
 

@@ -5,6 +5,7 @@
 //! async executor runs on this thread. It consumes three topics in one group: `orders`
 //! and `inventory` (upstream tasks) and the internal SKU repartition topic (SKU tasks).
 
+mod committer;
 pub mod tasks;
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ use crate::kafka::sink::OutputSink;
 use crate::kafka::KafkaSettings;
 use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
+use committer::{Committer, Job, Shared};
 use tasks::{Task, INVENTORY, ORDERS, SKU_REPARTITION};
 
 /// Committed outbox rows, handed to the dispatcher. Rows are durable before they are sent
@@ -66,8 +68,6 @@ pub struct StreamOptions {
 
 type Consumer_ = BaseConsumer<TaskContext>;
 
-/// Idle upstreams repeat their clock-based promise at most this often.
-const IDLE_MARK_EVERY: Duration = Duration::from_millis(500);
 /// How old a reported log end may be for a task to count as caught up. Statistics arrive
 /// every 500 ms and the fetcher refreshes log ends every `fetch.wait.max.ms` (50 ms), well
 /// inside the default 2 s skew allowance an idle promise relies on.
@@ -76,14 +76,17 @@ const LOG_END_FRESH: Duration = Duration::from_millis(1200);
 struct Runner {
     opts: StreamOptions,
     store: Arc<Store>,
-    sink: OutputSink,
+    sink: Arc<OutputSink>,
+    committer: Committer,
+    /// Partitions of the batch in flight: (id, next offset, dedup horizon once durable).
+    in_flight: Vec<(PartitionId, i64, Option<i64>)>,
     tasks: BTreeMap<PartitionId, Task>,
     out: Vec<OutputRecord>,
     rows: Vec<OutboxRow>,
     task_cfg: TaskConfig,
     sku_cfg: SkuTaskConfig,
     sku_partitions: i32,
-    last_marks: BTreeMap<PartitionId, (Lt, Instant)>,
+    last_marks: BTreeMap<PartitionId, Lt>,
     latencies: Latencies,
     /// When the oldest record of the current batch was consumed.
     batch_started: Option<Instant>,
@@ -191,7 +194,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         }
     }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
-    let sink = OutputSink::new(&opts.settings, t)?;
+    let sink = Arc::new(OutputSink::new(&opts.settings, t)?);
     let sku_partitions = counts[2];
     let task_cfg = TaskConfig {
         topic: t.orders.topic.clone(),
@@ -207,10 +210,22 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         rules: t.rules.clone(),
         window: t.dashboard_window,
     };
+    let latencies = Latencies::default();
+    let committer = Committer::start(Shared {
+        store: Arc::clone(&store),
+        sink: Arc::clone(&sink),
+        rows: opts.rows.clone(),
+        sku_partitions,
+        stats: Arc::clone(&opts.stats),
+        progress: Arc::clone(&opts.progress),
+        latencies: latencies.clone(),
+    })?;
     let mut runner = Runner {
         opts,
         store,
         sink,
+        committer,
+        in_flight: Vec::new(),
         tasks: BTreeMap::new(),
         out: Vec::new(),
         rows: Vec::new(),
@@ -218,7 +233,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         sku_cfg,
         sku_partitions,
         last_marks: BTreeMap::new(),
-        latencies: Latencies::default(),
+        latencies,
         batch_started: None,
         paused: false,
     };
@@ -293,6 +308,7 @@ impl Runner {
                 break;
             }
         }
+        self.complete(consumer)?;
         consumer.unsubscribe();
         info!("stream stopped after final commit");
         Ok(())
@@ -348,6 +364,7 @@ impl Runner {
                 AssignmentEvent::Revoked(ids) => {
                     // Keep the work done so far: commit, then let the partitions go.
                     self.commit(consumer)?;
+                    self.complete(consumer)?;
                     for id in ids {
                         self.tasks.remove(&id);
                         self.last_marks.remove(&id);
@@ -409,7 +426,9 @@ impl Runner {
 
     /// Progress promises of the upstream tasks, to every SKU partition. A task with new
     /// records promises its effective append time; a caught-up one promises the clock minus
-    /// the skew allowance, at most every `IDLE_MARK_EVERY`.
+    /// the skew allowance. Either is sent at most once per commit and only when it moved:
+    /// every idle promise held back delays each SKU release by as much (it was throttled to
+    /// one per 500 ms, which added up to 500 ms to every action).
     fn marks(&mut self, consumer: &Consumer_) {
         let now_ms = chrono::Utc::now().timestamp_millis();
         let skew = self.opts.topology.idle_skew_ms;
@@ -417,14 +436,10 @@ impl Runner {
             let idle = self.idle(consumer, *id, task);
             let Some(mark) = task.mark(idle.then_some(now_ms - skew)) else { continue };
             let Derived::Mark { bound, .. } = &mark else { continue };
-            let due = match self.last_marks.get(id) {
-                None => true,
-                Some((last, at)) => *bound > *last && (!idle || at.elapsed() >= IDLE_MARK_EVERY),
-            };
-            if !due {
+            if self.last_marks.get(id).is_some_and(|last| *bound <= *last) {
                 continue;
             }
-            self.last_marks.insert(*id, (*bound, Instant::now()));
+            self.last_marks.insert(*id, *bound);
             let value = mark.encode();
             for p in 0..self.sku_partitions {
                 self.out.push(OutputRecord {
@@ -439,60 +454,68 @@ impl Runner {
     }
 
     /// Makes everything processed so far durable, in this order:
-    /// 1. each task stages its state changes (dedup entries, aggregates, SKU state, merge
+    /// 1. the batch in flight, if any, is waited for (so this finish reads its writes);
+    /// 2. each task stages its state changes (dedup entries, aggregates, SKU state, merge
     ///    buffer, outbox rows) and its checkpoint into one `WriteBatch`, and emits outputs;
-    /// 2. upstream tasks emit their progress marks;
-    /// 3. every output record is produced and acknowledged by the broker;
-    /// 4. the batch is written with fsync: state, outbox rows and input offsets move together;
-    /// 5. the new outbox rows go to the dispatcher;
-    /// 6. the group's committed offsets follow (for lag tools; tidemark never reads them).
+    /// 3. upstream tasks emit their progress marks;
+    /// 4. every output record is queued in the producer;
+    /// 5. on the commit thread ([`committer`]): every output is acknowledged by the broker,
+    ///    then the batch is written with fsync (state, outbox rows and input offsets move
+    ///    together) and the new outbox rows go to the dispatcher;
+    /// 6. at the next commit, the group's committed offsets follow (for lag tools; tidemark
+    ///    never reads them).
     ///
-    /// A crash before 4 replays from the previous checkpoint and reproduces the same
-    /// outputs and rows; a crash after 4 resumes after it. Either way no output is lost and
+    /// A crash before the write replays from the previous checkpoint and reproduces the same
+    /// outputs and rows; a crash after it resumes after it. Either way no output is lost and
     /// no action key is produced twice.
     fn commit(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
+        self.complete(consumer)?;
         let store = Arc::clone(&self.store);
         let mut batch = store.batch();
         let mut progressed = Vec::new();
         for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
             task.finish(&store, &mut batch, &mut self.out, &mut self.rows, &self.opts.stats)?;
-            progressed.push((*id, task.next_offset()));
+            progressed.push((*id, task.next_offset(), task.dedup_horizon()));
         }
         if self.sku_partitions > 0 {
             self.marks(consumer);
         }
-        Stats::add(&self.opts.stats.outputs, self.out.len() as u64);
-        self.sink.send_all(&mut self.out)?;
-        failpoint::hit("commit.before_outputs_flushed");
-        let progress = Arc::clone(&self.opts.progress);
-        self.sink.flush(&move || progress.beat())?;
-        failpoint::hit("commit.after_outputs_before_state");
-        if batch.is_empty() {
+        if batch.is_empty() && self.out.is_empty() {
             return Ok(());
         }
-        let fsync_started = Instant::now();
-        batch.commit()?;
-        self.latencies.checkpoint_committed(fsync_started.elapsed());
-        if let Some(started) = self.batch_started.take() {
-            self.latencies.consume_to_commit.record(started.elapsed().as_secs_f64());
+        Stats::add(&self.opts.stats.outputs, self.out.len() as u64);
+        self.sink.send_all(&mut self.out)?;
+        self.committer.submit(Job {
+            batch: batch.stage(),
+            rows: std::mem::take(&mut self.rows),
+            consumed_since: self.batch_started.take(),
+        })?;
+        self.in_flight = progressed;
+        Ok(())
+    }
+
+    /// Waits for the batch in flight; once it is durable, lets compaction drop dedup entries
+    /// it made unreachable and moves the group's offsets and the progress report.
+    fn complete(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
+        let written = self.committer.wait()?;
+        let progressed = std::mem::take(&mut self.in_flight);
+        if !written {
+            return Ok(());
         }
-        Stats::add(&self.opts.stats.commits, 1);
-        failpoint::hit("commit.after_state_before_group");
-        self.hand_over_rows();
         let mut tpl = TopicPartitionList::new();
-        for (id, next) in &progressed {
-            if let Some(task) = self.tasks.get(id) {
-                task.committed(&self.store);
+        for (id, next, horizon) in progressed {
+            if let Some(h) = horizon {
+                self.store.set_dedup_horizon(id, h);
             }
             let topic = match id.source {
                 ORDERS => {
-                    self.opts.progress.committed(id.partition, *next);
+                    self.opts.progress.committed(id.partition, next);
                     &self.opts.topology.orders.topic
                 }
                 INVENTORY => &self.opts.topology.inventory.topic,
                 _ => &self.opts.topology.sku_repartition.topic,
             };
-            let _ = tpl.add_partition_offset(topic, id.partition, Offset::Offset(*next));
+            let _ = tpl.add_partition_offset(topic, id.partition, Offset::Offset(next));
         }
         if tpl.count() > 0 {
             if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
@@ -500,20 +523,5 @@ impl Runner {
             }
         }
         Ok(())
-    }
-
-    fn hand_over_rows(&mut self) {
-        let now = chrono::Utc::now().timestamp_millis();
-        let rows = std::mem::take(&mut self.rows);
-        let Some(tx) = &self.opts.rows else { return };
-        for mut row in rows {
-            row.committed_wall_ms = now;
-            let partition = crate::engine::derive::sku_partition(&row.sku, self.sku_partitions);
-            let id = PartitionId { source: SKU_REPARTITION, partition };
-            if tx.try_send((id, row)).is_err() {
-                // Durable already: the dispatcher picks it up on its next outbox scan.
-                self.opts.stats.outbox_rescan.store(true, Ordering::Relaxed);
-            }
-        }
     }
 }

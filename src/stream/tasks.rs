@@ -69,9 +69,11 @@ impl Task {
         }
     }
 
-    pub fn committed(&self, store: &Store) {
-        if let Task::Orders(t) = self {
-            t.committed(store);
+    /// The dedup horizon to apply once the batch just finished is durable (orders only).
+    pub fn dedup_horizon(&self) -> Option<i64> {
+        match self {
+            Task::Orders(t) => Some(t.dedup_horizon()),
+            _ => None,
         }
     }
 

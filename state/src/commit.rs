@@ -65,6 +65,25 @@ impl<'a> CommitBatch<'a> {
     pub fn commit(self) -> Result<(), StateError> {
         self.store.write(self.batch)
     }
+
+    /// Detaches the batch from its borrow of the store, to commit it on another thread
+    /// with [`Store::commit_staged`].
+    pub fn stage(self) -> StagedBatch {
+        StagedBatch(self.batch)
+    }
+}
+
+/// A finished [`CommitBatch`] that owns its writes and may cross threads.
+pub struct StagedBatch(WriteBatch);
+
+impl StagedBatch {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn into_inner(self) -> WriteBatch {
+        self.0
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +106,20 @@ mod tests {
             b.commit().expect("commit");
         }
         assert_eq!(open(dir.path()).record("slices").expect("read"), Some(b"plan".to_vec()));
+    }
+
+    #[test]
+    fn a_staged_batch_commits_from_another_thread_and_is_invisible_until_then() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = std::sync::Arc::new(open(dir.path()));
+        let p = PartitionId { source: 0, partition: 1 };
+        let mut b = store.batch();
+        b.put_dedup(p, "e-1", 7);
+        let staged = b.stage();
+        assert_eq!(store.dedup_lookup(p, &["e-1"]).expect("lookup"), vec![None]);
+        let writer = std::sync::Arc::clone(&store);
+        std::thread::spawn(move || writer.commit_staged(staged)).join().expect("thread").expect("commit");
+        assert_eq!(store.dedup_lookup(p, &["e-1"]).expect("lookup"), vec![Some(7)]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod keys;
 pub mod store;
 
 pub use checkpoint::Checkpoint;
-pub use commit::CommitBatch;
+pub use commit::{CommitBatch, StagedBatch};
 pub use error::StateError;
 pub use keys::{Namespace, PartitionId};
 pub use store::{Store, StoreOptions};

@@ -9,7 +9,7 @@ use rocksdb::compaction_filter::Decision;
 use rocksdb::{BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Options, WriteOptions, DB};
 
 use crate::codec;
-use crate::{Checkpoint, CommitBatch, Namespace, PartitionId, StateError};
+use crate::{Checkpoint, CommitBatch, Namespace, PartitionId, StagedBatch, StateError};
 
 /// An encoded key (without the partition and namespace prefix) and its encoded value.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
@@ -70,6 +70,11 @@ impl Store {
 
         let dedup_horizons: Horizons = Arc::default();
         let mut dedup_opts = cf_opts.clone();
+        // Nearly every lookup is a miss (a new id): a whole-key bloom filter in front of the
+        // memtable answers it without walking the skip list (measured: 7 % of the stream
+        // thread's CPU went to memtable searches before it).
+        dedup_opts.set_memtable_whole_key_filtering(true);
+        dedup_opts.set_memtable_prefix_bloom_ratio(0.05);
         let horizons = Arc::clone(&dedup_horizons);
         // Compaction only reclaims space: lookups re-check the retention themselves, so what
         // a lookup decides never depends on whether compaction has run yet.
@@ -238,6 +243,11 @@ impl Store {
 
     pub fn batch(&self) -> CommitBatch<'_> {
         CommitBatch::new(self)
+    }
+
+    /// Makes a staged batch durable at once (see [`CommitBatch::stage`]).
+    pub fn commit_staged(&self, batch: StagedBatch) -> Result<(), StateError> {
+        self.write(batch.into_inner())
     }
 
     pub(crate) fn write(&self, batch: rocksdb::WriteBatch) -> Result<(), StateError> {

@@ -16,6 +16,13 @@ use tidemark::kafka::KafkaSettings;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
 
+/// A file of the repository, found through the directory cargo runs the test from (a shared
+/// target directory may hold a test binary built from another clone of the repository).
+pub fn repo_path(relative: &str) -> std::path::PathBuf {
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    std::path::Path::new(&root).join(relative)
+}
+
 /// The broker every black-box test runs against. scripts/test.sh starts a real Apache Kafka
 /// and exports the address; without it these tests must fail, not pass vacuously.
 pub fn bootstrap() -> String {

@@ -14,8 +14,11 @@ use tidemark_topology::reject::{RejectReason, Rejection};
 /// Broker append time given to every order fixture: 2026-11-28T15:00:00Z.
 const APPEND_TIME_MS: i64 = 1_795_878_000_000;
 
+/// The crate directory as cargo reports it when running the test, not as it was when the
+/// binary was built: a shared target directory may hold a binary built from another clone.
 fn fixtures(dir: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(dir)
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    Path::new(&root).join("tests/fixtures").join(dir)
 }
 
 /// Input fixtures (not `*.expected.json`) in `dir`, sorted by name.

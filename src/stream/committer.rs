@@ -1,0 +1,140 @@
+//! The commit pipeline: while the stream thread polls and normalises batch N+1, this thread
+//! waits for batch N's outputs to be acknowledged, then writes batch N's state, outbox rows
+//! and offsets (one `WriteBatch`, fsync) and hands the new rows to the dispatcher.
+//!
+//! Two rules keep it as safe as a synchronous commit:
+//! - a batch's state is written only after every output produced so far is acknowledged
+//!   (the flush waits for all records in flight, which include the batch's own);
+//! - at most one batch is in flight, and the stream thread waits for it before it finishes
+//!   the next one, so the reads a finish makes (dedup lookups, outbox rows) see every
+//!   earlier commit. Ingesting (parsing, windowing in memory) never reads the store.
+//!
+//! A crash at any instant therefore leaves the store at some commit N, with the outputs of
+//! N and possibly of N+1 in the log: a replay from N reproduces N+1's outputs byte for byte
+//! and the downstream upserts and the SKU merge's sequence check absorb them, as they absorb
+//! a crash between flush and write in the synchronous order.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use tidemark_state::{PartitionId, StagedBatch, Store};
+
+use super::tasks::SKU_REPARTITION;
+use super::RowSender;
+use crate::engine::outbox::OutboxRow;
+use crate::engine::Stats;
+use crate::failpoint;
+use crate::kafka::sink::OutputSink;
+use crate::telemetry::events::Latencies;
+use crate::telemetry::Progress;
+
+/// One finished batch: its outputs are already queued in the producer.
+pub struct Job {
+    pub batch: StagedBatch,
+    pub rows: Vec<OutboxRow>,
+    /// When the oldest record of the batch was consumed (for the latency histogram).
+    pub consumed_since: Option<Instant>,
+}
+
+/// What the commit thread needs besides the job.
+pub struct Shared {
+    pub store: Arc<Store>,
+    pub sink: Arc<OutputSink>,
+    pub rows: Option<RowSender>,
+    pub sku_partitions: i32,
+    pub stats: Arc<Stats>,
+    pub progress: Arc<Progress>,
+    pub latencies: Latencies,
+}
+
+pub struct Committer {
+    jobs: Option<SyncSender<Job>>,
+    done: Receiver<anyhow::Result<bool>>,
+    busy: bool,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Committer {
+    pub fn start(shared: Shared) -> anyhow::Result<Self> {
+        let (jobs, inbox) = mpsc::sync_channel::<Job>(1);
+        let (report, done) = mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("tidemark-commit".into())
+            .spawn(move || {
+                for job in inbox {
+                    if report.send(commit(&shared, job)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the commit thread")?;
+        Ok(Committer { jobs: Some(jobs), done, busy: false, thread: Some(thread) })
+    }
+
+    /// Starts committing `job`. The previous job must have been waited for.
+    pub fn submit(&mut self, job: Job) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.busy, "a commit is already in flight");
+        let jobs = self.jobs.as_ref().context("commit thread stopped")?;
+        jobs.send(job).map_err(|_| anyhow::anyhow!("commit thread stopped"))?;
+        self.busy = true;
+        Ok(())
+    }
+
+    /// Waits for the job in flight, if any. `Ok(true)`: a batch with state was written.
+    /// An error means that batch is not durable: the process must stop and replay.
+    pub fn wait(&mut self) -> anyhow::Result<bool> {
+        if !self.busy {
+            return Ok(false);
+        }
+        self.busy = false;
+        self.done.recv().map_err(|_| anyhow::anyhow!("commit thread stopped"))?
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn commit(shared: &Shared, job: Job) -> anyhow::Result<bool> {
+    failpoint::hit("commit.before_outputs_flushed");
+    let progress = Arc::clone(&shared.progress);
+    shared.sink.flush(&move || progress.beat())?;
+    failpoint::hit("commit.after_outputs_before_state");
+    if job.batch.is_empty() {
+        return Ok(false);
+    }
+    let started = Instant::now();
+    shared.store.commit_staged(job.batch)?;
+    shared.latencies.checkpoint_committed(started.elapsed());
+    if let Some(since) = job.consumed_since {
+        shared.latencies.consume_to_commit.record(since.elapsed().as_secs_f64());
+    }
+    Stats::add(&shared.stats.commits, 1);
+    failpoint::hit("commit.after_state_before_group");
+    hand_over(shared, job.rows);
+    Ok(true)
+}
+
+/// Committed rows go to the dispatcher at once, not at the next loop turn.
+fn hand_over(shared: &Shared, rows: Vec<OutboxRow>) {
+    let Some(tx) = &shared.rows else { return };
+    let now = chrono::Utc::now().timestamp_millis();
+    for mut row in rows {
+        row.committed_wall_ms = now;
+        let partition = crate::engine::derive::sku_partition(&row.sku, shared.sku_partitions);
+        let id = PartitionId { source: SKU_REPARTITION, partition };
+        if tx.try_send((id, row)).is_err() {
+            // Durable already: the dispatcher picks it up on its next outbox scan.
+            shared.stats.outbox_rescan.store(true, Ordering::Relaxed);
+        }
+    }
+}
