@@ -108,7 +108,9 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         sku_owned: Default::default(),
         static_assignment,
     };
+    let opening = Instant::now();
     let store = stream::open_store(&opts)?;
+    tracing::info!(took_ms = opening.elapsed().as_millis() as u64, "state store opened");
     let actions = actions::spawn(
         rt,
         &opts.settings,

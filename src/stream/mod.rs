@@ -381,10 +381,16 @@ impl Runner {
                 AssignmentEvent::Assigned(ids) => {
                     for id in ids {
                         failpoint::hit("restore.mid");
+                        let restoring = Instant::now();
                         let task = self
                             .restore(consumer, id)
                             .with_context(|| format!("restoring {} partition {}", tasks::describe(id), id.partition))?;
-                        info!(partition = %id, next_offset = task.next_offset(), "restored");
+                        info!(
+                            partition = %id,
+                            next_offset = task.next_offset(),
+                            took_ms = restoring.elapsed().as_millis() as u64,
+                            "restored"
+                        );
                         if id.source == ORDERS {
                             self.opts.progress.assigned(id.partition, task.next_offset());
                         }

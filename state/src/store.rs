@@ -53,6 +53,9 @@ pub struct Store {
     dedup_horizons: Horizons,
 }
 
+/// Bounds crash-recovery replay (measured ~55 MB/s here with flushing during the open).
+const MAX_TOTAL_WAL_BYTES: u64 = 64 << 20;
+
 impl Store {
     /// Opens (or creates) the store and checks that it belongs to `opts.owner`.
     pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StateError> {
@@ -93,6 +96,11 @@ impl Store {
         db_opts.create_missing_column_families(true);
         db_opts.set_max_background_jobs(2);
         db_opts.set_bytes_per_sync(1 << 20);
+        // Restart time after a crash is WAL replay. A log file can only go once every column
+        // family with data in it is flushed, and the small ones (meta, outbox) rarely fill a
+        // memtable: 160 MB of logs piled up in 40 s at 20k/s and took 2.9 s to replay. Capping
+        // the total forces those flushes.
+        db_opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
         let cfs = vec![
             ColumnFamilyDescriptor::new(CF_META, cf_opts.clone()),
             ColumnFamilyDescriptor::new(CF_DEDUP, dedup_opts),
