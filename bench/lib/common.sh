@@ -105,13 +105,14 @@ start_tidemark() {
 wait_ready() { # HTTP_PORT [TIMEOUT_S]
   local i; for i in $(seq 1 $((${2:-60} * 5))); do curl -sf "127.0.0.1:$1/readyz" >/dev/null && return 0; sleep 0.2; done; return 1
 }
-# Java of the Kafka Streams baseline, in the background; pid in PIDFILE.
+# Java of the Kafka Streams baseline, in the background; pid in PIDFILE. KS_EXTRA: more App
+# flags (e.g. `--instance-id ID --lag-out FILE`, as recovery.sh passes).
 # start_ks APP_ID ORDERS STATE_DIR ACTION_URL GUARANTEE LATENCY_OUT LOG PIDFILE
 start_ks() {
   java -Xms"${KS_HEAP:-1g}" -Xmx"${KS_HEAP:-1g}" -XX:+UseG1GC -jar "$KS_JAR" \
     --bootstrap "$BOOT" --app-id "$1" --prefix "$1" --orders "$2" --partitions "${PARTITIONS:-4}" --guarantee "$5" \
     --threads "${KS_THREADS:-2}" --state-dir "$3" --action-url "$4" --latency-out "$6" \
-    --min-units "${MIN_UNITS:-50}" --factor "${FACTOR_RULE:-3.0}" --baseline-windows 15 >/dev/null 2>> "$7" &
+    --min-units "${MIN_UNITS:-50}" --factor "${FACTOR_RULE:-3.0}" --baseline-windows 15 ${KS_EXTRA:-} >/dev/null 2>> "$7" &
   echo $! > "$8"
 }
 # Deletes the topics whose names match a regex (frees the broker's disk between runs).

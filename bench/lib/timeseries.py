@@ -4,7 +4,8 @@ log, and Kafka Streams' per-second latency log) into per-scenario JSON summaries
 
     timeseries.py spike    RESULT.json PLOT.png --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON [--ks-latency KS.jsonl --ks-gen KSGEN.log --ks-t0 EPOCH --ks-marks JSON] [--meta JSON]
     timeseries.py catchup  RESULT.json PLOT.png --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON [--meta JSON]
-    timeseries.py recovery RESULT.json PLOT.png --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON --actions A.jsonl [--meta JSON]
+    timeseries.py recovery RESULT.json PLOT.png --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON --actions A.jsonl [--meta JSON] [--ks-result SYSTEM=KS.json ...]
+    timeseries.py recovery-ks KS.json --latency KS.latency.jsonl --lag KS.lag.jsonl --log KS.log --actions A.jsonl --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON [--meta JSON]
     timeseries.py steady   RESULT.json PLOT.png --samples S.jsonl --steps STEPS.jsonl [--meta JSON]
 
 Latency quantiles over time come from deltas of the cumulative Prometheus buckets of
@@ -12,6 +13,12 @@ Latency quantiles over time come from deltas of the cumulative Prometheus bucket
 seconds apart (default 5 s), interpolated linearly within a bucket; "max" is the upper bound
 of the highest bucket that gained an observation (so it is an upper bound at bucket
 resolution). Backlog age is the maximum over partitions of `tidemark_backlog_age_seconds`.
+
+`recovery-ks` summarises one Kafka Streams run of the recovery scenario (the baseline's
+per-second latency log, its committed-offset lag log, its `[ks] t=... state/restore` stderr
+lines, the receiver's action log); `recovery --ks-result` adds those summaries to the
+tidemark result (`systems`, `comparison`) and to the plot. Without `--samples` (tidemark not
+run), `recovery` writes only the Kafka Streams part.
 """
 import json, math, os, subprocess, sys
 
@@ -239,7 +246,7 @@ def records_consumed(samples):
     return int(tot)
 
 
-def plot_latency_backlog(plt, path, title, rows, off, marks, ks=None, extra_lines=()):
+def plot_latency_backlog(plt, path, title, rows, off, marks, ks=None, extra_lines=(), ks_label="Kafka Streams", extra_age_lines=()):
     fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
     t = [r["t"] for r in rows if r.get("up")]
     for key, style in (("p50_ms", "-"), ("p99_ms", "-"), ("max_ms", ":")):
@@ -248,11 +255,13 @@ def plot_latency_backlog(plt, path, title, rows, off, marks, ks=None, extra_line
     if ks:
         kt = [k["t"] for k in ks]
         for key, style in (("p50_ms", "--"), ("p99_ms", "--"), ("max_ms", ":")):
-            ax1.plot(kt, [k[key] if k["n"] else math.nan for k in ks], style, alpha=0.7, label=f"Kafka Streams {key[:-3]}")
+            ax1.plot(kt, [k[key] if k["n"] else math.nan for k in ks], style, alpha=0.7, label=f"{ks_label} {key[:-3]}")
     ax1.axhline(10_000, color="red", lw=0.8, ls="--", label="10 s budget")
     ax1.set_yscale("log"); ax1.set_ylabel("append→2xx (ms)"); ax1.legend(fontsize=7, ncol=3); ax1.grid(alpha=.3)
     ax2.plot(t, [r.get("backlog_age_s") if r.get("backlog_age_s") is not None else math.nan for r in rows if r.get("up")],
              label="tidemark backlog age (max over partitions)")
+    for lbl, series_ in extra_age_lines:
+        ax2.plot([a for a, _ in series_], [b for _, b in series_], label=lbl, alpha=.8)
     ax2.set_ylabel("backlog age (s)"); ax2.grid(alpha=.3); ax2.legend(fontsize=7)
     if off:
         ax3.plot([a for a, _ in off], [b for _, b in off], label="offered (generator)")
@@ -276,7 +285,110 @@ def opt(args, key, default=None):
     return default
 
 
+def opts(args, key):
+    """Every value of a repeatable option."""
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == key]
+
+
+def ks_log_events(path):
+    """[(epoch s, kind, fields)] from the baseline's `[ks] t=MS state OLD -> NEW` and
+    `[ks] t=MS restore-start|restore-end STORE TP N` stderr lines."""
+    out = []
+    if not path or not os.path.exists(path):
+        return out
+    for line in open(path, errors="replace"):
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "[ks]" and parts[1].startswith("t="):
+            try:
+                out.append((int(parts[1][2:]) / 1000, parts[2], parts[3:]))
+            except ValueError:
+                pass
+    return out
+
+
+def ks_latency_summary(rows, a, b):
+    """Aggregate of the baseline's per-second latency lines with a <= t < b (exact per-action
+    quantiles are not recoverable from per-second percentiles: median of the per-second p50s,
+    max of the per-second p99s)."""
+    nz = [k for k in rows if a <= k["t"] < b and k["n"]]
+    if not nz:
+        return {"count": 0}
+    p50s = sorted(k["p50_ms"] for k in nz)
+    return {"count": sum(k["n"] for k in nz), "per_second_p50_median_ms": p50s[len(p50s) // 2],
+            "per_second_p99_max_ms": max(k["p99_ms"] for k in nz), "max_ms": max(k["max_ms"] for k in nz)}
+
+
+KS_CAUGHT_UP = ("append→2xx p99 below 1 s in every later per-second latency line with actions "
+                "(the dispatcher's HdrHistogram, --latency-out): Kafka Streams exposes no backlog age")
+
+
+def recovery_ks(result, args, meta):
+    """One Kafka Streams run of the recovery scenario → RESULT.json (no plot)."""
+    t0 = float(opt(args, "--t0"))
+    marks = json.loads(opt(args, "--marks"))
+    kill, restart = marks["kill"], marks["restart"]
+    rate = meta.get("rate", 20000)
+    actions = load_jsonl(opt(args, "--actions"))
+    lat = [{"t": round(k["t"] / 1000 - t0, 2), **{x: k[x] for x in ("n", "p50_ms", "p99_ms", "max_ms")}}
+           for k in load_jsonl(opt(args, "--latency"))]
+    lag = []
+    prev = None
+    for r in load_jsonl(opt(args, "--lag")):
+        row = {"t": round(r["t"] / 1000 - t0, 2), "orders_lag": r["orders_end"] - r["orders_committed"],
+               "repartition_lag": r["repartition_end"] - r["repartition_committed"], "orders_committed": r["orders_committed"]}
+        # committed-offset advance per second (the restarted JVM starts a new reporter: no rate
+        # across the gap)
+        if prev is not None and row["t"] > prev["t"] and not (prev["t"] < restart <= row["t"]):
+            row["committed_per_s"] = round((row["orders_committed"] - prev["orders_committed"]) / (row["t"] - prev["t"]))
+        lag.append(row)
+        prev = row
+    samples = load_jsonl(opt(args, "--samples"))
+    events = ks_log_events(opt(args, "--log"))
+    res = {**meta, "marks_s": marks}
+    after = [a["t"] / 1000 - t0 for a in actions if a["t"] / 1000 - t0 >= restart]
+    res["first_action_after_restart_s"] = round(min(after) - restart, 2) if after else None
+    res["first_action_after_kill_s"] = round(min(after) - kill, 2) if after else None
+    # JVM, group join (static member id) and task restore: the client's state change to RUNNING
+    running = [t - t0 for t, kind, f in events if kind == "state" and f[-1:] == ["RUNNING"] and t - t0 >= restart]
+    res["state_running_after_restart_s"] = round(min(running) - restart, 2) if running else None
+    rs = [(t - t0, kind, f) for t, kind, f in events if kind in ("restore-start", "restore-end") and t - t0 >= restart]
+    ends = [(t, f) for t, kind, f in rs if kind == "restore-end"]
+    res["changelog_restore_after_restart"] = {
+        "partitions_restored": len(ends),
+        "records_restored": sum(int(f[-1]) for _, f in ends if f and f[-1].lstrip("-").isdigit()),
+        "first_start_s": round(min(t for t, _, _ in rs) - restart, 2) if rs else None,
+        "last_end_s": round(max(t for t, _ in ends) - restart, 2) if ends else None,
+        "per_store": {},
+    }
+    for _, f in ends:
+        if len(f) >= 3 and f[-1].lstrip("-").isdigit():
+            res["changelog_restore_after_restart"]["per_store"][f[0]] = res["changelog_restore_after_restart"]["per_store"].get(f[0], 0) + int(f[-1])
+    before_kill = max((r["orders_committed"] for r in lag if r["t"] < restart), default=0)
+    again = next((r["t"] for r in lag if r["t"] >= restart and r["orders_committed"] > before_kill), None)
+    res["consuming_again_after_restart_s"] = round(again - restart, 2) if again is not None else None
+    res["consuming_again_note"] = "first committed-offset advance on the orders topic after the restart (--lag-out, 1 s resolution)"
+    lat_ok = settled_time([{"up": True, **k} for k in lat if k["n"]], lambda k: k["p99_ms"] < 1000, after=restart)
+    res["backlog_caught_up_after_restart_s"] = round(lat_ok - restart, 2) if lat_ok is not None else None
+    res["backlog_caught_up_criterion"] = KS_CAUGHT_UP
+    lag_ok = settled_time([{"up": True, **r} for r in lag], lambda r: r["orders_lag"] + r["repartition_lag"] < rate, after=restart)
+    res["lag_below_1s_of_input_after_restart_s"] = round(lag_ok - restart, 2) if lag_ok is not None else None
+    res["lag_criterion"] = "committed-offset lag of orders + sku-repartition below RATE records in every later --lag-out line"
+    res["max_lag_after_restart_records"] = max((r["orders_lag"] + r["repartition_lag"] for r in lag if r["t"] >= restart), default=None)
+    res["max_latency_after_restart_ms"] = max((k["max_ms"] for k in lat if k["n"] and k["t"] >= restart), default=None)
+    res["latency_before_kill"] = ks_latency_summary(lat, 0, kill)
+    res["latency_after_restart"] = ks_latency_summary(lat, restart, 1e12)
+    consumed = max((r["orders_committed"] for r in lag), default=0)
+    res["resources"] = resources(samples, consumed)
+    res["resources"]["events_note"] = "orders records committed by the application (records reprocessed after the kill count once)"
+    res["series"] = {"latency": lat, "lag": lag}
+    json.dump(res, open(result, "w"), indent=1)
+    print(json.dumps({k: v for k, v in res.items() if k != "series"}, indent=1))
+
+
 def main():
+    if sys.argv[1] == "recovery-ks":
+        args = sys.argv[3:]
+        return recovery_ks(sys.argv[2], args, json.loads(opt(args, "--meta", "{}")))
     cmd, result, png, *args = sys.argv[1:]
     meta = json.loads(opt(args, "--meta", "{}"))
     window = float(opt(args, "--window", "5"))
@@ -350,29 +462,74 @@ def main():
         res["series"] = rows
         plot_latency_backlog(plt, png, f"catch-up: {meta.get('title', '')}", rows, off, marks)
     elif cmd == "recovery":
-        actions = load_jsonl(opt(args, "--actions"))
-        kill, restart = marks["kill"], marks["restart"]
-        after = [a["t"] / 1000 - t0 for a in actions if a["t"] / 1000 - t0 >= restart]
-        res["first_action_after_restart_s"] = round(min(after) - restart, 2) if after else None
-        res["first_action_after_kill_s"] = round(min(after) - kill, 2) if after else None
-        ready = first_time(rows, lambda r: True, after=restart)
-        res["metrics_up_after_restart_s"] = round(ready - restart, 2) if ready is not None else None
-        # from then on every sample has backlog age < 1 s and lag < one second of input
-        lag_ok = settled_time(rows, lambda r: r.get("backlog_age_s") is not None and r["backlog_age_s"] < 1 and (r.get("lag_records") or 0) < meta.get("rate", 20000), after=restart + 0.5)
-        res["backlog_age_below_1s_after_restart_s"] = round(lag_ok - restart, 2) if lag_ok is not None else None
-        ages = [r["backlog_age_s"] for r in rows if r.get("up") and r["t"] >= restart and r.get("backlog_age_s") is not None]
-        res["max_backlog_age_after_restart_s"] = max(ages) if ages else None
-        res["latency_before_kill"] = overall(samples, t0, t0 + kill)
-        res["latency_after_restart"] = overall(samples, t0 + restart, samples[-1]["t"] if samples else t0)
-        res["series"] = rows
-        act = {}
-        for a in actions:
-            sec = int(a["t"] / 1000 - t0)
-            act[sec] = act.get(sec, 0) + 1
-        plot_latency_backlog(plt, png, f"recovery: {meta.get('title', '')}", rows, off, marks,
-                             extra_lines=[("actions POSTed /s (×100)", sorted((k, v * 100) for k, v in act.items()))])
+        tm = opt(args, "--samples") is not None
+        if tm:
+            actions = load_jsonl(opt(args, "--actions"))
+            kill, restart = marks["kill"], marks["restart"]
+            after = [a["t"] / 1000 - t0 for a in actions if a["t"] / 1000 - t0 >= restart]
+            res["first_action_after_restart_s"] = round(min(after) - restart, 2) if after else None
+            res["first_action_after_kill_s"] = round(min(after) - kill, 2) if after else None
+            ready = first_time(rows, lambda r: True, after=restart)
+            res["metrics_up_after_restart_s"] = round(ready - restart, 2) if ready is not None else None
+            # from then on every sample has backlog age < 1 s and lag < one second of input
+            lag_ok = settled_time(rows, lambda r: r.get("backlog_age_s") is not None and r["backlog_age_s"] < 1 and (r.get("lag_records") or 0) < meta.get("rate", 20000), after=restart + 0.5)
+            res["backlog_age_below_1s_after_restart_s"] = round(lag_ok - restart, 2) if lag_ok is not None else None
+            ages = [r["backlog_age_s"] for r in rows if r.get("up") and r["t"] >= restart and r.get("backlog_age_s") is not None]
+            res["max_backlog_age_after_restart_s"] = max(ages) if ages else None
+            res["latency_before_kill"] = overall(samples, t0, t0 + kill)
+            res["latency_after_restart"] = overall(samples, t0 + restart, samples[-1]["t"] if samples else t0)
+            res["series"] = rows
+            act = {}
+            for a in actions:
+                sec = int(a["t"] / 1000 - t0)
+                act[sec] = act.get(sec, 0) + 1
+            extra = [("tidemark actions POSTed /s (×100)", sorted((k, v * 100) for k, v in act.items()))]
+        else:
+            # tidemark not run: only the Kafka Streams systems
+            res = {"scenario": cmd, **meta}
+            extra = []
+        ks_plot, age_lines = None, []
+        kres_all = {}
+        for spec in opts(args, "--ks-result"):
+            name, path = spec.split("=", 1)
+            kres_all[name] = json.load(open(path))
+        if kres_all:
+            res["systems"] = kres_all
+            # the headline numbers side by side (each system's own restart as time zero)
+            cmp_keys = [("first_action_after_restart_s", "first_action_after_restart_s"),
+                        ("first_new_action_after_restart_s", "first_new_action_after_restart_s"),
+                        ("posts_after_restart_of_keys_seen_before_kill", "posts_after_restart_of_keys_seen_before_kill"),
+                        ("posts_before_kill", "posts_before_kill"),
+                        ("caught_up_after_restart_s", None),
+                        ("history_processing_s", "history_processing_s"),
+                        ("state_dir_mb_before_live", "state_dir_mb_before_live")]
+            comp = {}
+            for key, src in cmp_keys:
+                row = {}
+                if tm:
+                    row["tidemark"] = res.get("backlog_age_below_1s_after_restart_s") if src is None else res.get(src)
+                for name, k in kres_all.items():
+                    row[name] = k.get("backlog_caught_up_after_restart_s") if src is None else k.get(src)
+                comp[key] = row
+            comp["caught_up_criteria"] = {**({"tidemark": "backlog age < 1 s on every partition and lag < RATE records in every later /metrics sample"} if tm else {}),
+                                          **{n: KS_CAUGHT_UP for n in kres_all}}
+            comp["cpu_s_per_million_processor"] = {**({"tidemark": res["resources"]["cpu_s_per_million_processor"]} if tm else {}),
+                                                   **{n: k["resources"]["cpu_s_per_million_processor"] for n, k in kres_all.items()}}
+            comp["peak_rss_mb"] = {**({"tidemark": res["resources"]["peak_rss_mb"]} if tm else {}),
+                                   **{n: k["resources"]["peak_rss_mb"] for n, k in kres_all.items()}}
+            res["comparison"] = comp
+            rate = meta.get("rate", 20000)
+            for name, k in kres_all.items():
+                if ks_plot is None:
+                    ks_plot = (name, k["series"]["latency"])
+                lagrows = k["series"]["lag"]
+                age_lines.append((f"{name}: committed lag ÷ rate (s of input)", [(r["t"], (r["orders_lag"] + r["repartition_lag"]) / rate) for r in lagrows]))
+                extra.append((f"{name}: orders committed /s", [(r["t"], r["committed_per_s"]) for r in lagrows if "committed_per_s" in r]))
+        plot_latency_backlog(plt, png, f"recovery: {meta.get('title', '')}", rows if tm else [], off, marks,
+                             ks=ks_plot[1] if ks_plot else None, ks_label=ks_plot[0] if ks_plot else "Kafka Streams",
+                             extra_lines=extra, extra_age_lines=age_lines)
     json.dump(res, open(result, "w"), indent=1)
-    short = {k: v for k, v in res.items() if k not in ("series", "kafka_streams_series")}
+    short = {k: v for k, v in res.items() if k not in ("series", "kafka_streams_series", "systems")}
     print(json.dumps(short, indent=1))
 
 

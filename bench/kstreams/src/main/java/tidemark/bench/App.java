@@ -56,7 +56,19 @@ import java.util.stream.Collectors;
  *   --retention-ms 25200000 --dedup-retention-ms 604800000
  *   --exit-at-end   (exit once the orders and repartition topics are fully committed)
  *   --latency-out FILE  (JSON lines: per-second append-&gt;2xx percentiles of actions)
+ *   --instance-id ID    static group membership, as tidemark's `--instance-id` (StatefulSet pod
+ *                       name): the stream threads' consumers get group.instance.id ID-&lt;thread&gt;
+ *                       (Kafka Streams appends the thread index), the dispatcher's ID-dispatch,
+ *                       so a restarted instance takes its partitions back at once instead of
+ *                       waiting for the killed member's session to time out (unset: dynamic)
+ *   --lag-out FILE      (JSON lines, once a second: the application's committed offsets and the
+ *                       end offsets, summed over the partitions of the orders and the repartition
+ *                       topic: {"t","orders_committed","orders_end","repartition_committed","repartition_end"})
  * </pre>
+ *
+ * <p>Stderr also gets `[ks] t=EPOCH_MS state OLD -&gt; NEW` for every client state change and
+ * `[ks] t=EPOCH_MS restore-start|restore-end STORE TOPIC-PARTITION N` for changelog restores
+ * (the recovery benchmark reads them).
  */
 public final class App {
     static final Map<String, String> ARGS = new HashMap<>();
@@ -119,6 +131,11 @@ public final class App {
         p.put(StreamsConfig.STATE_DIR_CONFIG, arg("state-dir", "/tmp/ks-state"));
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        String instanceId = ARGS.get("instance-id");
+        if (instanceId != null) {
+            // Static membership; Kafka Streams suffixes it with "-<thread index>" per stream thread.
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG), instanceId);
+        }
         // Same producer durability as tidemark (acks=all, idempotent), which are the KS defaults too.
         p.put(StreamsConfig.producerPrefix("acks"), "all");
         p.put(StreamsConfig.producerPrefix("compression.type"), arg("compression", "lz4"));
@@ -131,6 +148,17 @@ public final class App {
             done.countDown();
             return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
+        streams.setStateListener((now, old) ->
+            System.err.println("[ks] t=" + System.currentTimeMillis() + " state " + old + " -> " + now));
+        streams.setGlobalStateRestoreListener(new org.apache.kafka.streams.processor.StateRestoreListener() {
+            public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
+                System.err.println("[ks] t=" + System.currentTimeMillis() + " restore-start " + store + " " + tp + " " + (end - start));
+            }
+            public void onBatchRestored(TopicPartition tp, String store, long batchEnd, long n) {}
+            public void onRestoreEnd(TopicPartition tp, String store, long total) {
+                System.err.println("[ks] t=" + System.currentTimeMillis() + " restore-end " + store + " " + tp + " " + total);
+            }
+        });
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             streams.close(Duration.ofSeconds(30));
         }));
@@ -140,8 +168,16 @@ public final class App {
         Dispatcher dispatcher = null;
         String url = ARGS.get("action-url");
         if (url != null) {
-            dispatcher = new Dispatcher(bootstrap, appId + "-dispatch", cfg.actions, url, arg("latency-out", null));
+            dispatcher = new Dispatcher(bootstrap, appId + "-dispatch", instanceId == null ? null : instanceId + "-dispatch",
+                cfg.actions, url, arg("latency-out", null));
             Thread th = new Thread(dispatcher, "dispatcher");
+            th.setDaemon(true);
+            th.start();
+        }
+
+        String lagOut = ARGS.get("lag-out");
+        if (lagOut != null) {
+            Thread th = new Thread(() -> lagReporter(bootstrap, appId, orders, cfg.repartition, lagOut), "lag-reporter");
             th.setDaemon(true);
             th.start();
         }
@@ -156,6 +192,43 @@ public final class App {
         }
         done.await();
         System.exit(1);
+    }
+
+    /**
+     * Once a second: the group's committed offsets and the end offsets, summed per topic over
+     * the orders and the repartition topic, as a JSON line appended to `out` (consumer lag for
+     * the scenario benchmarks; Kafka Streams has no backlog-age gauge).
+     */
+    static void lagReporter(String bootstrap, String group, String orders, String repartition, String out) {
+        try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap));
+             PrintWriter w = new PrintWriter(new FileWriter(out, true), true)) {
+            List<TopicPartition> tps = new ArrayList<>();
+            admin.describeTopics(List.of(orders, repartition)).allTopicNames().get().values()
+                .forEach(d -> d.partitions().forEach(pi -> tps.add(new TopicPartition(d.name(), pi.partition()))));
+            Map<TopicPartition, OffsetSpec> latest = tps.stream().collect(Collectors.toMap(tp -> tp, tp -> OffsetSpec.latest()));
+            long next = System.currentTimeMillis();
+            while (true) {
+                next += 1000;
+                Thread.sleep(Math.max(0, next - System.currentTimeMillis()));
+                try {
+                    Map<TopicPartition, OffsetAndMetadata> committed =
+                        admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+                    var ends = admin.listOffsets(latest).all().get();
+                    long oc = 0, oe = 0, rc = 0, re = 0;
+                    for (TopicPartition tp : tps) {
+                        OffsetAndMetadata c = committed.get(tp);
+                        long at = c == null ? 0 : c.offset(), end = ends.get(tp).offset();
+                        if (tp.topic().equals(orders)) { oc += at; oe += end; } else { rc += at; re += end; }
+                    }
+                    w.printf("{\"t\":%d,\"orders_committed\":%d,\"orders_end\":%d,\"repartition_committed\":%d,\"repartition_end\":%d}%n",
+                        System.currentTimeMillis(), oc, oe, rc, re);
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // broker busy or group coordinator moving: skip this second
+                }
+            }
+        } catch (Exception e) {
+            System.err.println("[ks] lag reporter stopped: " + e);
+        }
     }
 
     /** Polls the group's committed offsets until every partition of `topics` is at its end. */
@@ -203,10 +276,12 @@ public final class App {
         volatile long lastActivity = System.currentTimeMillis();
         long delivered;
 
-        Dispatcher(String bootstrap, String group, String topic, String url, String latencyOut) throws IOException {
+        Dispatcher(String bootstrap, String group, String instanceId, String topic, String url, String latencyOut)
+                throws IOException {
             Properties c = new Properties();
             c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            if (instanceId != null) c.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, instanceId);
             c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
             c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
             c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
