@@ -503,7 +503,9 @@ impl Runner {
     /// Waits for the batch in flight; once it is durable, lets compaction drop dedup entries
     /// it made unreachable and moves the group's offsets and the progress report.
     fn complete(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
+        let waiting = Instant::now();
         let written = self.committer.wait()?;
+        self.latencies.commit_wait.record(waiting.elapsed().as_secs_f64());
         let progressed = std::mem::take(&mut self.in_flight);
         if !written {
             return Ok(());

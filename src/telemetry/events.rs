@@ -12,6 +12,7 @@ use crate::engine::Stats;
 
 pub const LATENCY: &str = "tidemark_latency_seconds";
 pub const CHECKPOINT: &str = "tidemark_checkpoint_duration_seconds";
+pub const COMMIT_WAIT: &str = "tidemark_commit_wait_seconds";
 pub const DISPATCH: &str = "tidemark_dispatch_total";
 pub const DISPATCH_OUTCOMES: [&str; 4] = ["delivered", "conflict", "retry", "permanent_failure"];
 
@@ -28,6 +29,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(LATENCY.into()), &BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(CHECKPOINT.into()), &BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(COMMIT_WAIT.into()), &BUCKETS)?
         .install_recorder()?;
     // Series exist from the start, so dashboards and alerts see zeros rather than gaps.
     for outcome in DISPATCH_OUTCOMES {
@@ -67,6 +69,8 @@ pub struct Latencies {
     pub append_to_consume: Histogram,
     pub consume_to_commit: Histogram,
     pub checkpoint: Histogram,
+    /// How long the stream thread waited for the previous batch's commit.
+    pub commit_wait: Histogram,
 }
 
 impl Default for Latencies {
@@ -76,6 +80,7 @@ impl Default for Latencies {
             append_to_consume: seg(Segment::AppendToConsume),
             consume_to_commit: seg(Segment::ConsumeToCommit),
             checkpoint: histogram!(CHECKPOINT),
+            commit_wait: histogram!(COMMIT_WAIT),
         }
     }
 }
