@@ -115,12 +115,7 @@ PY
 
 run_tidemark() {
   if [ -z "${RECOVERY_DYNAMIC:-}" ]; then export TM_EXTRA="--instance-id $TAG-0"; fi
-  HTTP=$(free_port)
-  scenario_topology
-  start_tidemark "$WORK/t.toml" "$WORK/state" "$TAG" "$HTTP" "$WORK/tm.log" "$WORK/tm.pid"
-  wait_ready "$HTTP" 120 || { cat "$WORK/tm.log" >&2; exit 1; }
-  python3 "$BENCH/lib/sampler.py" "$WORK/samples.jsonl" --url "http://127.0.0.1:$HTTP/metrics" \
-    --pidfile "processor=$WORK/tm.pid" --pid "broker=$BROKER_PID" & SP=$!; PIDS+=($SP)
+  scenario_tidemark
   TH0=$(now_s)
   produce_history "$TAG" ""
   until caught_up 5; do alive "$WORK/tm.pid" "$WORK/tm.log"; sleep 2; done

@@ -16,12 +16,7 @@ set -euo pipefail
 RATES="${1:-20000 30000 40000 50000 60000}"; STEP_S="${2:-120}"; JUDGE_S="${3:-60}"; PARTITIONS="${PARTITIONS:-4}"
 ensure_tidemark; broker_up
 scenario_begin steady
-HTTP=$(free_port)
-scenario_topology
-start_tidemark "$WORK/t.toml" "$WORK/state" "$TAG" "$HTTP" "$WORK/tm.log" "$WORK/tm.pid"
-wait_ready "$HTTP" 120 || { cat "$WORK/tm.log" >&2; exit 1; }
-python3 "$BENCH/lib/sampler.py" "$WORK/samples.jsonl" --url "http://127.0.0.1:$HTTP/metrics" \
-  --pidfile "processor=$WORK/tm.pid" --pid "broker=$BROKER_PID" & SP=$!; PIDS+=($SP)
+scenario_tidemark
 sleep 2
 : > "$WORK/steps.jsonl"
 i=0

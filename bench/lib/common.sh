@@ -154,3 +154,14 @@ scenario_topology() {
   topology_file "$WORK/t.toml" "$TAG" "$PARTITIONS" act "http://127.0.0.1:$RX_PORT/actions" "${MIN_UNITS:-50}" "${FACTOR_RULE:-3.0}" 15
   "$BIN" topics --bootstrap "$BOOT" --topology "$WORK/t.toml" >/dev/null 2>&1
 }
+
+# scenario_tidemark: the run's topology, tidemark serving /metrics on a free port (HTTP),
+# ready, and the sampler (pid SP) writing $WORK/samples.jsonl once a second.
+scenario_tidemark() {
+  HTTP=$(free_port)
+  scenario_topology
+  start_tidemark "$WORK/t.toml" "$WORK/state" "$TAG" "$HTTP" "$WORK/tm.log" "$WORK/tm.pid"
+  wait_ready "$HTTP" 120 || { cat "$WORK/tm.log" >&2; exit 1; }
+  python3 "$BENCH/lib/sampler.py" "$WORK/samples.jsonl" --url "http://127.0.0.1:$HTTP/metrics" \
+    --pidfile "processor=$WORK/tm.pid" --pid "broker=$BROKER_PID" & SP=$!; PIDS+=($SP)
+}
