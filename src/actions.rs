@@ -262,8 +262,13 @@ impl Ctx {
                 first = false;
             }
             let started = Instant::now();
-            let delivery =
-                Delivery { key: row.key.clone(), target, body: row.payload.clone(), attempt: row.attempts - 1 };
+            let delivery = Delivery {
+                key: row.key.clone(),
+                target,
+                body: row.payload.clone(),
+                attempt: row.attempts - 1,
+                source_append_ms: row.source_append_ms,
+            };
             let outcome = self.dispatcher.attempt(&delivery).await;
             crate::telemetry::events::observe(LATENCY, Segment::DispatchToAck, started.elapsed().as_secs_f64());
             counter!(DISPATCH, "outcome" => outcome.label()).increment(1);

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """A tiny action endpoint for the benchmarks: answers every POST with 200 at once and appends
-one JSON line per request to OUT: {"t": receive time (ms), "key": Idempotency-Key, "body": payload}.
+one JSON line per request to OUT: {"t": receive time (ms), "key": Idempotency-Key, "src": the
+tidemark-source-append-time header (broker append time of the record that fired the action,
+ms; null from senders without it), "body": payload}.
 
     receiver.py PORT OUT
 
@@ -22,7 +24,8 @@ class H(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(n).decode("utf-8", "replace")
         key = self.headers.get("Idempotency-Key", "")
-        line = json.dumps({"t": int(time.time() * 1000), "key": key, "body": body})
+        src = self.headers.get("tidemark-source-append-time")
+        line = json.dumps({"t": int(time.time() * 1000), "key": key, "src": int(src) if src else None, "body": body})
         with lock:
             f.write(line + "\n")
         self.send_response(200)

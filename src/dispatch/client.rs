@@ -131,6 +131,7 @@ impl Dispatcher {
             .header("idempotency-key", key.clone())
             .header("webhook-id", key)
             .header("webhook-timestamp", timestamp)
+            .header("tidemark-source-append-time", d.source_append_ms)
             .body(d.body.clone());
         if let Some(signer) = &self.signer {
             let mut signature = HeaderValue::try_from(signer.sign(&d.key, timestamp, &d.body))

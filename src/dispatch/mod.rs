@@ -16,6 +16,7 @@
 //! | `webhook-id` | the same key (Standard Webhooks: stable across retries) |
 //! | `webhook-timestamp` | unix seconds at this attempt |
 //! | `webhook-signature` | `v1,<base64 HMAC-SHA256>` of `{id}.{timestamp}.{body}`, when a secret is configured |
+//! | `tidemark-source-append-time` | broker append time (ms) of the input record that fired the action |
 //!
 //! - [`client`]: [`Dispatcher`], one pooled HTTP client with bounded concurrency.
 //! - [`outcome`]: [`Outcome`] and the pure status classification.
@@ -93,4 +94,7 @@ pub struct Delivery {
     pub body: Vec<u8>,
     /// Attempts already made, as persisted by the caller (0 for the first attempt).
     pub attempt: u32,
+    /// Broker append time (ms) of the input record that fired the action; sent as
+    /// `tidemark-source-append-time` so a receiver can measure append→delivery exactly.
+    pub source_append_ms: i64,
 }

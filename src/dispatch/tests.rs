@@ -28,7 +28,13 @@ fn signed(server: &TestServer) -> Dispatcher {
 }
 
 fn delivery(key: &str) -> Delivery {
-    Delivery { key: key.into(), target: Target::Act, body: BODY.to_vec(), attempt: 0 }
+    Delivery {
+        key: key.into(),
+        target: Target::Act,
+        body: BODY.to_vec(),
+        attempt: 0,
+        source_append_ms: 1_700_000_000_000,
+    }
 }
 
 async fn server(behaviour: Behaviour) -> TestServer {
@@ -79,6 +85,7 @@ async fn a_2xx_is_delivered_with_idempotency_headers_and_a_signature_that_verifi
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.header("idempotency-key"), Some("oversell:1:SKU-1:snap-42"));
     assert_eq!(r.header("webhook-id"), Some("oversell:1:SKU-1:snap-42"));
+    assert_eq!(r.header("tidemark-source-append-time"), Some("1700000000000"));
     let timestamp: i64 = r.header("webhook-timestamp").unwrap().parse().unwrap();
     assert!((timestamp - chrono::Utc::now().timestamp()).abs() < 60, "unix seconds, now");
     assert_eq!(r.body, BODY, "the payload is sent byte for byte");

@@ -55,13 +55,15 @@ impl TaskContext {
         }
     }
 
-    /// True when the partition's log end, as reported within `fresh`, is at or below `next`.
-    pub fn caught_up(&self, id: PartitionId, next: i64, fresh: Duration) -> bool {
+    /// When the partition's log end was last reported at or below `next`, if that report is
+    /// at most `fresh` old: every record the broker held then has been consumed.
+    pub fn caught_up_at(&self, id: PartitionId, next: i64, fresh: Duration) -> Option<Instant> {
         self.log_ends
             .lock()
             .ok()
             .and_then(|ends| ends.get(&id).copied())
-            .is_some_and(|(end, at)| at.elapsed() <= fresh && next >= end)
+            .filter(|(end, at)| at.elapsed() <= fresh && next >= *end)
+            .map(|(_, at)| at)
     }
 
     /// Drained by the stream thread after each poll.

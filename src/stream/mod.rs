@@ -68,10 +68,14 @@ pub struct StreamOptions {
 
 type Consumer_ = BaseConsumer<TaskContext>;
 
-/// How old a reported log end may be for a task to count as caught up. Statistics arrive
-/// every 500 ms and the fetcher refreshes log ends every `fetch.wait.max.ms` (50 ms), well
-/// inside the default 2 s skew allowance an idle promise relies on.
+/// How old a reported log end may be for a task to count as caught up (statistics arrive
+/// every `STATS_EVERY_MS`): older means the client is stuck, and an idle promise waits.
 const LOG_END_FRESH: Duration = Duration::from_millis(1200);
+const STATS_EVERY_MS: &str = "100";
+/// A log end in the statistics comes from the last fetch response; an idle partition's
+/// fetch waits up to `fetch.wait.max.ms` (50 ms) at the broker. This much before the report
+/// is when the broker last had nothing more, with 50 ms for the round trip.
+const LOG_END_OBSERVED_BEFORE_REPORT_MS: i64 = 100;
 
 struct Runner {
     opts: StreamOptions,
@@ -164,7 +168,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed")
-        .set("statistics.interval.ms", "500")
+        .set("statistics.interval.ms", STATS_EVERY_MS)
         .set("session.timeout.ms", "30000")
         .set("fetch.wait.max.ms", "50")
         // librdkafka postpones a partition's next fetch by this much once its prefetch queue
@@ -334,7 +338,14 @@ impl Runner {
     /// Caught up: the log end (from statistics at most `LOG_END_FRESH` old) is at the task's
     /// next offset. Never while paused: a paused consumer's statistics go stale.
     fn idle(&self, consumer: &Consumer_, id: PartitionId, task: &Task) -> bool {
-        !self.paused && consumer.context().caught_up(id, task.next_offset(), LOG_END_FRESH)
+        self.caught_up_at(consumer, id, task).is_some()
+    }
+
+    fn caught_up_at(&self, consumer: &Consumer_, id: PartitionId, task: &Task) -> Option<Instant> {
+        if self.paused {
+            return None;
+        }
+        consumer.context().caught_up_at(id, task.next_offset(), LOG_END_FRESH)
     }
 
     fn drained(&self, consumer: &Consumer_) -> bool {
@@ -431,16 +442,22 @@ impl Runner {
     }
 
     /// Progress promises of the upstream tasks, to every SKU partition. A task with new
-    /// records promises its effective append time; a caught-up one promises the clock minus
-    /// the skew allowance. Either is sent at most once per commit and only when it moved:
+    /// records promises its effective append time. A caught-up one promises the moment the
+    /// broker was last seen with nothing more for it (the statistics report's time, minus
+    /// what a fetch response may lag behind it), minus `idle_skew` for the broker's clock
+    /// being behind ours: not the current time, so a stale report can never let it promise
+    /// past a record already appended. Either is sent at most once per commit and only when it moved:
     /// every idle promise held back delays each SKU release by as much (it was throttled to
     /// one per 500 ms, which added up to 500 ms to every action).
     fn marks(&mut self, consumer: &Consumer_) {
-        let now_ms = chrono::Utc::now().timestamp_millis();
-        let skew = self.opts.topology.idle_skew_ms;
+        let (now, now_ms) = (Instant::now(), chrono::Utc::now().timestamp_millis());
+        let skew = self.opts.topology.idle_skew_ms + LOG_END_OBSERVED_BEFORE_REPORT_MS;
         for (id, task) in &self.tasks {
-            let idle = self.idle(consumer, *id, task);
-            let Some(mark) = task.mark(idle.then_some(now_ms - skew)) else { continue };
+            let idle_bound = self.caught_up_at(consumer, *id, task).map(|at| {
+                let report_ms = now_ms - i64::try_from((now - at).as_millis()).unwrap_or(i64::MAX / 2);
+                report_ms - skew
+            });
+            let Some(mark) = task.mark(idle_bound) else { continue };
             let Derived::Mark { bound, .. } = &mark else { continue };
             if self.last_marks.get(id).is_some_and(|last| *bound <= *last) {
                 continue;
