@@ -2,7 +2,9 @@
 # Sustainable throughput by step ramp: one tidemark process, open-loop paced input stepping
 # through RATES; a step passes when the consumer lag does not grow over its last JUDGE_S
 # seconds (least-squares growth over that span < one second of input), backlog age stays
-# < 10 s and p99 append→2xx over that span is < 10 s. Reports the highest passing rate.
+# < 10 s and p99 append→2xx over that span is < 10 s (a span without any action — the velocity
+# rule fires on changes of rate, so high steady steps may have none — is judged on the
+# backlog age alone, and says so in `latency_basis`). Reports the highest passing rate.
 #
 #   bench/steady.sh ["RATES"="20000 30000 40000 50000 60000"] [STEP_S=120] [JUDGE_S=60]
 #
