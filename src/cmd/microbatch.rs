@@ -123,21 +123,18 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
 
     let stats = Arc::new(Stats::default());
     let progress = Arc::new(Progress::default());
-    let prober = match args.http_addr {
-        Some(addr) => Some(telemetry::serve(
-            rt,
-            telemetry::Surface {
-                addr,
-                settings: &settings,
-                topic: &topology.orders.topic,
-                stats: &stats,
-                progress: &progress,
-                stop: &stop,
-                probe_every: Duration::from_secs(args.backlog_probe_every.max(1)),
-            },
-        )?),
-        None => None,
-    };
+    let prober = telemetry::serve(
+        rt,
+        telemetry::Surface {
+            addr: args.http_addr,
+            settings: &settings,
+            topic: &topology.orders.topic,
+            stats: &stats,
+            progress: &progress,
+            stop: &stop,
+            probe_every_s: args.backlog_probe_every,
+        },
+    )?;
     let mut runner =
         SliceRunner::new(&store, task_config(&topology), topology.max_batch_records, true, Arc::clone(&stats));
     let mut log = load_log(&store)?;

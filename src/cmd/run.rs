@@ -77,21 +77,18 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let printer = (args.status_every > 0)
         .then(|| status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(args.status_every)));
     let progress = Arc::new(Progress::default());
-    let prober = match args.http_addr {
-        Some(addr) => Some(telemetry::serve(
-            rt,
-            telemetry::Surface {
-                addr,
-                settings: &settings,
-                topic: &topology.orders.topic,
-                stats: &stats,
-                progress: &progress,
-                stop: &stop,
-                probe_every: Duration::from_secs(args.backlog_probe_every.max(1)),
-            },
-        )?),
-        None => None,
-    };
+    let prober = telemetry::serve(
+        rt,
+        telemetry::Surface {
+            addr: args.http_addr,
+            settings: &settings,
+            topic: &topology.orders.topic,
+            stats: &stats,
+            progress: &progress,
+            stop: &stop,
+            probe_every_s: args.backlog_probe_every,
+        },
+    )?;
     let mut opts = stream::StreamOptions {
         settings,
         topology,

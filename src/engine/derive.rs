@@ -116,17 +116,14 @@ mod tests {
         assert_eq!(sku_partition("SKU-1", 1024), 812);
     }
 
+    /// The line record both encodings below describe.
+    fn line() -> Derived {
+        Derived::Line { lt: (5, 0, 1, 9), idx: 2, sku: "S".into(), placed: true, qty: 3, event_ms: 4, append_ms: 5 }
+    }
+
     #[test]
     fn derived_records_round_trip() {
-        let d = Derived::Line {
-            lt: (5, 0, 1, 9),
-            idx: 2,
-            sku: "S".into(),
-            placed: true,
-            qty: 3,
-            event_ms: 4,
-            append_ms: 5,
-        };
+        let d = line();
         assert_eq!(Derived::decode(&d.encode()).expect("decode"), d);
         let m = Derived::Mark { upstream: (1, 0), bound: (7, 1, 0, 3) };
         assert_eq!(Derived::decode(&m.encode()).expect("decode"), m);
@@ -136,16 +133,7 @@ mod tests {
     #[test]
     fn records_of_the_first_internally_tagged_encoding_still_decode() {
         let old = br#"{"k":"line","lt":[5,0,1,9],"idx":2,"sku":"S","placed":true,"qty":3,"event_ms":4,"append_ms":5}"#;
-        let want = Derived::Line {
-            lt: (5, 0, 1, 9),
-            idx: 2,
-            sku: "S".into(),
-            placed: true,
-            qty: 3,
-            event_ms: 4,
-            append_ms: 5,
-        };
-        assert_eq!(Derived::decode(old).expect("legacy decodes"), want);
+        assert_eq!(Derived::decode(old).expect("legacy decodes"), line());
         assert!(Derived::decode(b"{\"k\":\"other\"}").is_err());
     }
 }

@@ -26,19 +26,25 @@ use crate::kafka::KafkaSettings;
 /// What `--http-addr` starts: the metrics recorder, the HTTP endpoint on `rt`, and the
 /// backlog prober of `topic` (its thread ends when `stop` is set).
 pub struct Surface<'a> {
-    pub addr: SocketAddr,
+    /// `--http-addr`; `None` serves nothing.
+    pub addr: Option<SocketAddr>,
     pub settings: &'a KafkaSettings,
     pub topic: &'a str,
     pub stats: &'a Arc<Stats>,
     pub progress: &'a Arc<Progress>,
     pub stop: &'a Arc<AtomicBool>,
-    pub probe_every: Duration,
+    /// `--backlog-probe-every`, seconds (at least 1).
+    pub probe_every_s: u64,
 }
 
-pub fn serve(rt: &tokio::runtime::Runtime, s: Surface<'_>) -> anyhow::Result<JoinHandle<()>> {
+/// Serves the HTTP surface and starts the backlog prober when an address is given; returns
+/// the prober's thread.
+pub fn serve(rt: &tokio::runtime::Runtime, s: Surface<'_>) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let Some(addr) = s.addr else { return Ok(None) };
     let handle = events::install()?;
-    let listener = rt.block_on(http::bind(s.addr)).with_context(|| format!("binding --http-addr {}", s.addr))?;
+    let listener = rt.block_on(http::bind(addr)).with_context(|| format!("binding --http-addr {addr}"))?;
     tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
     rt.spawn(http::serve(listener, handle, Arc::clone(s.stats), Arc::clone(s.progress)));
-    backlog::spawn(s.settings, s.topic.to_string(), Arc::clone(s.progress), Arc::clone(s.stop), s.probe_every)
+    let every = Duration::from_secs(s.probe_every_s.max(1));
+    backlog::spawn(s.settings, s.topic.to_string(), Arc::clone(s.progress), Arc::clone(s.stop), every).map(Some)
 }
