@@ -3,7 +3,8 @@
 # (an in-process mock Kafka, a generated order stream, the example topology).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# Every prerequisite, found or missing and how it was detected; then install what is missing.
+bash scripts/setup.sh --check || bash scripts/setup.sh
 . scripts/env.sh
 cargo build --release --bin tidemark
 exec "$CARGO_TARGET_DIR/release/tidemark" demo "$@"

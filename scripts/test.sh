@@ -3,7 +3,8 @@
 # Apache Kafka on 127.0.0.1, runs every test (unit, black-box), and stops the broker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# Every prerequisite, found or missing and how it was detected; then install what is missing.
+bash scripts/setup.sh --check || bash scripts/setup.sh
 . scripts/env.sh
 
 echo "[test] cargo fmt --check" >&2
