@@ -28,7 +28,7 @@ pub struct Stats {
     /// Set when committed outbox rows could not be handed to the dispatcher at once.
     pub outbox_rescan: AtomicBool,
     /// Dead letters per reason, indexed like `RejectReason::ALL`.
-    pub dead_letters_by_reason: [AtomicU64; 11],
+    pub dead_letters_by_reason: [AtomicU64; tidemark_topology::reject::RejectReason::ALL.len()],
 }
 
 impl Stats {

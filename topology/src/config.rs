@@ -11,7 +11,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::normalize::{NormalizeLimits, DEFAULT_MAX_IDENTIFIER_BYTES};
 use crate::window::WindowPolicy;
+
+/// Largest `sources.max_identifier_bytes` accepted: a sku travels in the action key, an HTTP
+/// header, and servers commonly refuse header lines beyond 8 KiB.
+pub const MAX_IDENTIFIER_BYTES_LIMIT: usize = 4096;
 
 /// A validated topology, with durations in milliseconds.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,6 +24,9 @@ pub struct Topology {
     pub name: String,
     pub orders: TopicSpec,
     pub inventory: TopicSpec,
+    /// What normalisation of both inputs accepts (`[sources]`); pass it to the
+    /// `normalize::*_with` functions.
+    pub normalize: NormalizeLimits,
     pub dashboard: TopicSpec,
     pub dead_letter: TopicSpec,
     pub late: TopicSpec,
@@ -174,6 +182,12 @@ struct RawTopology {
 struct RawSources {
     orders: RawTopic,
     inventory: RawTopic,
+    #[serde(default = "default_max_identifier_bytes")]
+    max_identifier_bytes: i64,
+}
+
+fn default_max_identifier_bytes() -> i64 {
+    DEFAULT_MAX_IDENTIFIER_BYTES as i64
 }
 
 #[derive(Deserialize)]
@@ -452,6 +466,16 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
     }
     let orders = c.topic("sources.orders", raw.sources.orders);
     let inventory = c.topic("sources.inventory", raw.sources.inventory);
+    let max_identifier_bytes = usize::try_from(raw.sources.max_identifier_bytes)
+        .ok()
+        .filter(|n| (1..=MAX_IDENTIFIER_BYTES_LIMIT).contains(n))
+        .unwrap_or_else(|| {
+            c.error(
+                "sources.max_identifier_bytes",
+                format!("must be between 1 and {MAX_IDENTIFIER_BYTES_LIMIT} (a sku is sent in an HTTP header)"),
+            );
+            DEFAULT_MAX_IDENTIFIER_BYTES
+        });
     let dashboard = c.topic("sinks.dashboard", raw.sinks.dashboard);
     let dead_letter = c.topic("sinks.dead_letter", raw.sinks.dead_letter);
     let late = c.topic("sinks.late", raw.sinks.late);
@@ -572,6 +596,7 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         name: raw.name,
         orders,
         inventory,
+        normalize: NormalizeLimits { max_identifier_bytes },
         dashboard,
         dead_letter,
         late,
@@ -624,6 +649,23 @@ mod tests {
         assert!(paths.contains(&"finance.time_zone"), "{err}");
         assert!(paths.contains(&"rules[0].mode"), "{err}");
         assert!(err.to_string().starts_with("bad.toml: 4 error(s)"), "{err}");
+    }
+
+    #[test]
+    fn max_identifier_bytes_defaults_to_256_and_is_bounded() {
+        let t = parse(EXAMPLE, "t.toml").expect("valid");
+        assert_eq!(t.normalize, NormalizeLimits::default());
+        assert_eq!(t.normalize.max_identifier_bytes, 256);
+        let without = EXAMPLE.replace("max_identifier_bytes = 256\n", "");
+        assert_ne!(without, EXAMPLE);
+        assert_eq!(parse(&without, "t.toml").expect("valid").normalize.max_identifier_bytes, 256);
+        let set = EXAMPLE.replace("max_identifier_bytes = 256", "max_identifier_bytes = 64");
+        assert_eq!(parse(&set, "t.toml").expect("valid").normalize.max_identifier_bytes, 64);
+        for bad in ["0", "-1", "4097"] {
+            let text = EXAMPLE.replace("max_identifier_bytes = 256", &format!("max_identifier_bytes = {bad}"));
+            let err = parse(&text, "t.toml").expect_err("must fail");
+            assert_eq!(err.errors[0].path, "sources.max_identifier_bytes", "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -19,10 +19,13 @@ pub enum RejectReason {
     EventTimeInFuture,
     InvalidAmount,
     InvalidField,
+    /// An identifier (`event_id`, `order_id`, store, a sku) that is not printable ASCII or is
+    /// longer than the configured limit.
+    InvalidIdentifier,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 11] = [
+    pub const ALL: [RejectReason; 12] = [
         RejectReason::NotJson,
         RejectReason::MissingEventId,
         RejectReason::UnknownSchemaVersion,
@@ -34,6 +37,7 @@ impl RejectReason {
         RejectReason::EventTimeInFuture,
         RejectReason::InvalidAmount,
         RejectReason::InvalidField,
+        RejectReason::InvalidIdentifier,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -49,6 +53,7 @@ impl RejectReason {
             RejectReason::EventTimeInFuture => "event_time_in_future",
             RejectReason::InvalidAmount => "invalid_amount",
             RejectReason::InvalidField => "invalid_field",
+            RejectReason::InvalidIdentifier => "invalid_identifier",
         }
     }
 

@@ -7,7 +7,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::{
-    bounded, currency, describe, nullable, quantity, required_list, rfc3339_ms, text, At, Checks, Json, Obj, RawOrder,
+    bounded, currency, describe, nullable, quantity, required_list, rfc3339_ms, At, Checks, Json, Obj, RawOrder,
 };
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind, Line};
@@ -23,7 +23,13 @@ pub(super) struct RawLine<'a> {
     unit_price: Option<Json<'a>>,
 }
 
-pub(super) fn normalize(raw: RawOrder<'_>, event_id: String, append_time_ms: i64) -> Result<CanonicalEvent, Rejection> {
+/// Steps 4 onwards of the check order; `checks` holds what the caller found so far.
+pub(super) fn normalize(
+    raw: RawOrder<'_>,
+    event_id: String,
+    append_time_ms: i64,
+    mut checks: Checks,
+) -> Result<CanonicalEvent, Rejection> {
     let kind = match raw.event_type.as_ref().and_then(Json::as_str) {
         Some("order_placed") => EventKind::Placed,
         Some("order_cancelled") => EventKind::Cancelled,
@@ -40,9 +46,8 @@ pub(super) fn normalize(raw: RawOrder<'_>, event_id: String, append_time_ms: i64
         return Err(Rejection::new(RejectReason::UnparsableTime, describe(&"event_time", raw.event_time.as_ref())));
     };
 
-    let mut checks = Checks::default();
-    let order_id = checks.ok(text(raw.order_id, &"order_id", RejectReason::InvalidField));
-    let store = checks.ok(text(raw.store, &"store", RejectReason::InvalidField));
+    let order_id = checks.required_identifier(raw.order_id, &"order_id");
+    let store = checks.required_identifier(raw.store, &"store");
 
     let lines = match kind {
         EventKind::Refunded => Vec::new(),
@@ -94,7 +99,7 @@ fn line(checks: &mut Checks, kind: EventKind, currency: Option<Currency>, i: usi
         checks.fail(Rejection::new(RejectReason::InvalidField, format!("lines[{i}] is not an object")));
         return Line { sku: String::new(), qty: 0, unit_price: None };
     };
-    let sku = checks.ok(text(line.sku, &At("lines", i, "sku"), RejectReason::InvalidField));
+    let sku = checks.required_identifier(line.sku, &At("lines", i, "sku"));
     let qty = checks.ok(quantity(line.qty.as_ref(), &At("lines", i, "qty")));
     let unit_price = match line.unit_price {
         None if kind != EventKind::Shipped => {

@@ -7,7 +7,7 @@ use chrono::DateTime;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use super::{bounded, currency, describe, nullable, quantity, required_list, text, At, Checks, Json, Obj, RawOrder};
+use super::{bounded, currency, describe, nullable, quantity, required_list, At, Checks, Json, Obj, RawOrder};
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind, Line};
 use crate::reject::{RejectReason, Rejection};
@@ -30,7 +30,13 @@ pub(super) struct RawMoney<'a> {
     currency: Option<Json<'a>>,
 }
 
-pub(super) fn normalize(raw: RawOrder<'_>, event_id: String, append_time_ms: i64) -> Result<CanonicalEvent, Rejection> {
+/// Steps 4 onwards of the check order; `checks` holds what the caller found so far.
+pub(super) fn normalize(
+    raw: RawOrder<'_>,
+    event_id: String,
+    append_time_ms: i64,
+    mut checks: Checks,
+) -> Result<CanonicalEvent, Rejection> {
     let kind = match raw.type_.as_ref().and_then(Json::as_str) {
         Some("ORDER_PLACED") => EventKind::Placed,
         Some("ORDER_CANCELLED") => EventKind::Cancelled,
@@ -50,9 +56,8 @@ pub(super) fn normalize(raw: RawOrder<'_>, event_id: String, append_time_ms: i64
         ));
     };
 
-    let mut checks = Checks::default();
-    let order_id = checks.ok(text(raw.order_id, &"order_id", RejectReason::InvalidField));
-    let store = checks.ok(text(raw.store_id, &"store_id", RejectReason::InvalidField));
+    let order_id = checks.required_identifier(raw.order_id, &"order_id");
+    let store = checks.required_identifier(raw.store_id, &"store_id");
     let channel = match raw.channel {
         None => None,
         Some(Json::Str(s)) => Some(s.into_owned()),
@@ -138,7 +143,7 @@ fn line(checks: &mut Checks, money: &mut EventCurrency, kind: EventKind, i: usiz
         checks.fail(Rejection::new(RejectReason::InvalidField, format!("items[{i}] is not an object")));
         return Line { sku: String::new(), qty: 0, unit_price: None };
     };
-    let sku = checks.ok(text(item.sku, &At("items", i, "sku"), RejectReason::InvalidField));
+    let sku = checks.required_identifier(item.sku, &At("items", i, "sku"));
     let qty = checks.ok(quantity(item.quantity.as_ref(), &At("items", i, "quantity")));
     let unit_price = match item.price {
         None if kind != EventKind::Shipped => {
