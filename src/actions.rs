@@ -14,6 +14,9 @@
 //! retention behind the newest row of their partition: by then no input can produce their
 //! key again (see `engine::outbox`).
 //!
+//! Every row handed over or started counts in the runtime's [`Backlog`] until its outcome is
+//! persisted and audited, so `run --exit-at-end` can wait for the dispatch to finish.
+//!
 //! A crash between the endpoint's 2xx and step 4 leaves the row pending with attempts > 0;
 //! after restart it is sent again with the same key and payload (the one duplicate POST the
 //! guarantees allow) and counted in `tidemark_dispatch_redeliveries_total`. The outcome is
@@ -21,7 +24,7 @@
 //! the audit record of that outcome (the outbox row still holds it).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,7 +32,7 @@ use metrics::{counter, gauge};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Serialize;
-use tidemark_state::{codec, PartitionId, Store};
+use tidemark_state::{codec, PartitionId, StateError, Store};
 use tidemark_topology::config::Topology;
 use tokio::sync::mpsc;
 use tracing::{error, warn};
@@ -39,7 +42,6 @@ use crate::engine::outbox::{OutboxRow, RowState};
 use crate::failpoint;
 use crate::kafka::KafkaSettings;
 use crate::stream::tasks::SKU_REPARTITION;
-use crate::stream::RowSender;
 use crate::telemetry::events::{Segment, DISPATCH, LATENCY};
 
 /// Rows a scan hands to delivery tasks while earlier ones are still in flight; the rest
@@ -51,6 +53,105 @@ const SWEEP_EVERY: u32 = 600;
 /// SKU partitions this process owns, kept by the stream thread.
 pub type Owned = Arc<Mutex<BTreeSet<i32>>>;
 
+/// Rows the runtime was given and has not finished: a row counts from its hand-over (or
+/// from the scan that starts it) until its outcome is persisted and audited, or until the
+/// runtime gives it up on stop (it stays pending in the outbox). Shadow rows are never sent
+/// and so are never pending actions; they count apart until their audit records are acked.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    actions: AtomicUsize,
+    shadow: AtomicUsize,
+}
+
+impl Backlog {
+    /// Actions (`act`/`notify` rows) queued for the runtime or in delivery.
+    pub fn actions(&self) -> usize {
+        self.actions.load(Ordering::SeqCst)
+    }
+
+    /// Shadow rows whose audit records are not yet acknowledged.
+    pub fn shadow(&self) -> usize {
+        self.shadow.load(Ordering::SeqCst)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.actions() == 0 && self.shadow() == 0
+    }
+
+    fn counter(&self, row: &OutboxRow) -> &AtomicUsize {
+        if row.state == RowState::Shadow {
+            &self.shadow
+        } else {
+            &self.actions
+        }
+    }
+}
+
+/// Holds one row's place in the [`Backlog`] until dropped (settled, given up, or the task
+/// ended with the runtime).
+struct Counted(Arc<Backlog>, bool);
+
+impl Counted {
+    /// Takes the place a hand-over already counted.
+    fn adopt(backlog: &Arc<Backlog>, row: &OutboxRow) -> Self {
+        Counted(Arc::clone(backlog), row.state == RowState::Shadow)
+    }
+
+    /// Counts a row that was not handed over (found by a scan).
+    fn count(backlog: &Arc<Backlog>, row: &OutboxRow) -> Self {
+        backlog.counter(row).fetch_add(1, Ordering::SeqCst);
+        Self::adopt(backlog, row)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let c = if self.1 { &self.0.shadow } else { &self.0.actions };
+        c.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The channel was full or the runtime gone: the row waits in the outbox for a rescan.
+#[derive(Debug)]
+pub struct NotHandedOver;
+
+/// The stream's end of the hand-over channel: committed outbox rows go to the runtime, and
+/// count in its [`Backlog`] from the moment they are sent. Rows are durable before they are
+/// sent, so a full channel loses nothing: the runtime rescans the outbox.
+#[derive(Clone)]
+pub struct RowSender {
+    tx: mpsc::Sender<(PartitionId, OutboxRow)>,
+    backlog: Arc<Backlog>,
+}
+
+impl RowSender {
+    pub fn try_send(&self, item: (PartitionId, OutboxRow)) -> Result<(), NotHandedOver> {
+        let counter = self.backlog.counter(&item.1);
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.tx.try_send(item).map_err(|_| {
+            counter.fetch_sub(1, Ordering::SeqCst);
+            NotHandedOver
+        })
+    }
+
+    pub fn backlog(&self) -> &Arc<Backlog> {
+        &self.backlog
+    }
+}
+
+/// Rows of one partition's outbox still `Pending` (never shadow rows): actions that were
+/// committed and have not reached a final state. Unreadable rows are skipped, as the
+/// runtime's scan skips them (and logs them).
+pub fn pending_in_outbox(store: &Store, id: PartitionId) -> Result<usize, StateError> {
+    let rows = store.outbox_scan(id)?;
+    Ok(rows
+        .iter()
+        .filter(|(_, bytes)| {
+            codec::decode::<OutboxRow>("outbox row", bytes).is_ok_and(|r| r.state == RowState::Pending)
+        })
+        .count())
+}
+
 struct Ctx {
     store: Arc<Store>,
     dispatcher: Dispatcher,
@@ -58,6 +159,7 @@ struct Ctx {
     audit_topic: String,
     dead_letter_topic: String,
     in_flight: Mutex<HashMap<String, i64>>,
+    backlog: Arc<Backlog>,
     stop: Arc<AtomicBool>,
     /// Final rows this far (event time) behind their partition's newest row are deleted.
     retention_ms: i64,
@@ -82,6 +184,7 @@ struct AuditRecord<'a> {
 pub struct ActionRuntime {
     pub rows: RowSender,
     pub owned: Owned,
+    pub backlog: Arc<Backlog>,
 }
 
 /// Starts the runtime on `rt`; returns the hand-over channel for the stream thread.
@@ -102,7 +205,9 @@ pub fn spawn(
         timeout: Duration::from_millis(u64::try_from(t.endpoints.timeout_ms).unwrap_or(5_000)),
     };
     let signer = Signer::from_env_or_file()?;
-    if signer.is_none() {
+    // Without an endpoint nothing is sent (a topology of shadow rules, the demo).
+    let sends = endpoints.action_url.is_some() || endpoints.notify_url.is_some();
+    if signer.is_none() && sends {
         warn!("no webhook signing secret (TIDEMARK_WEBHOOK_SECRET or _FILE): requests go unsigned");
     }
     let dispatcher = Dispatcher::new(endpoints, signer, RetryPolicy::default(), t.endpoints.max_in_flight)?;
@@ -119,10 +224,12 @@ pub fn spawn(
         audit_topic: t.audit.topic.clone(),
         dead_letter_topic: t.action_dead_letter.topic.clone(),
         in_flight: Mutex::default(),
+        backlog: Arc::default(),
         stop,
         retention_ms: t.dedup_retention_ms,
     });
     let (tx, mut rx) = mpsc::channel::<(PartitionId, OutboxRow)>(4096);
+    let backlog = Arc::clone(&ctx.backlog);
     let owned: Owned = Arc::default();
     let scan_owned = Arc::clone(&owned);
     rt.spawn(async move {
@@ -159,7 +266,7 @@ pub fn spawn(
             }
         }
     });
-    Ok(ActionRuntime { rows: tx, owned })
+    Ok(ActionRuntime { rows: RowSender { tx, backlog: Arc::clone(&backlog) }, owned, backlog })
 }
 
 fn publish_gauges(ctx: &Ctx) {
@@ -219,6 +326,7 @@ fn expired_keys(rows: &[OutboxRow], retention_ms: i64) -> Vec<String> {
 }
 
 fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
+    let counted = if from_scan { Counted::count(&ctx.backlog, &row) } else { Counted::adopt(&ctx.backlog, &row) };
     {
         let Ok(mut f) = ctx.in_flight.lock() else { return };
         if f.contains_key(&row.key) {
@@ -230,6 +338,7 @@ fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
     }
     let ctx = Arc::clone(ctx);
     tokio::spawn(async move {
+        let _counted = counted;
         if !from_scan {
             ctx.audit(&row, "created", None, None).await;
         }

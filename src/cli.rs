@@ -155,9 +155,17 @@ pub struct RunArgs {
     pub create_topics: bool,
     #[arg(long, default_value_t = 1)]
     pub replication: i32,
-    /// Exit once every assigned partition reached the end of the log (batch-like runs, tests).
+    /// Exit once the work derived from the log is done (batch-like runs, tests): every
+    /// assigned partition at the end of the log, every SKU repartition record consumed and
+    /// applied, every pending action dispatched and every audit record acknowledged.
     #[arg(long)]
     pub exit_at_end: bool,
+    /// With `--exit-at-end`: how long that work may take once every input partition has
+    /// reached its log end (humantime, e.g. `30s`). When it runs out, the process commits,
+    /// states how many records and actions remain, and exits with status 1; a run from the
+    /// same state continues from there.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: std::time::Duration,
     /// Print a status line every N seconds (0 = off).
     #[arg(long, default_value_t = 0)]
     pub status_every: u64,

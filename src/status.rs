@@ -1,11 +1,13 @@
 //! The live one-line status and the final summary printed by `run` and `demo`.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::engine::outbox::{OutboxRow, RowState};
 use crate::engine::Stats;
 
 /// Prints a status line every `every` until `stop` is set.
@@ -49,4 +51,91 @@ pub fn summary(stats: &Stats, elapsed: Duration) -> String {
         Stats::get(&stats.outputs),
         Stats::get(&stats.commits),
     )
+}
+
+/// Outbox rows per rule and per state, for the demo's final summary.
+#[derive(Debug, Default)]
+pub struct ActionSummary {
+    /// Rule id → (rows, the two smallest idempotency keys: the same whatever the scan order).
+    by_rule: BTreeMap<String, (u64, Vec<String>)>,
+    shadow: u64,
+    pending: u64,
+    delivered: u64,
+    failed: u64,
+}
+
+impl ActionSummary {
+    pub fn add(&mut self, row: &OutboxRow) {
+        let (n, examples) = self.by_rule.entry(row.rule_id.clone()).or_default();
+        *n += 1;
+        examples.push(row.key.clone());
+        examples.sort();
+        examples.truncate(2);
+        match row.state {
+            RowState::Shadow => self.shadow += 1,
+            RowState::Pending => self.pending += 1,
+            RowState::Delivered { .. } | RowState::Conflict => self.delivered += 1,
+            RowState::Failed { .. } => self.failed += 1,
+        }
+    }
+
+    /// The summary's lines: rows per rule with two example keys, then the outbox states and
+    /// how many audit records the audit topic holds.
+    pub fn lines(&self, audit_topic: &str, audit_records: usize) -> Vec<String> {
+        let total: u64 = self.by_rule.values().map(|(n, _)| n).sum();
+        let mut lines = vec![format!("actions: {total} outbox row(s)")];
+        for (rule, (n, examples)) in &self.by_rule {
+            lines.push(format!("  {rule:<15} {n:>6}  e.g. {}", examples.join(", ")));
+        }
+        lines.push(format!(
+            "outbox: {} shadow, {} pending, {} delivered, {} failed; audit topic {audit_topic}: {audit_records} record(s)",
+            self.shadow, self.pending, self.delivered, self.failed
+        ));
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(rule: &str, key: &str, state: RowState) -> OutboxRow {
+        OutboxRow {
+            key: key.into(),
+            rule_id: rule.into(),
+            rule_version: 1,
+            mode: "shadow".into(),
+            action: "notify".into(),
+            sku: "SKU-1".into(),
+            payload: Vec::new(),
+            state,
+            attempts: 0,
+            created_at_ms: 0,
+            source_append_ms: 0,
+            committed_wall_ms: 0,
+        }
+    }
+
+    #[test]
+    fn the_action_summary_counts_rows_per_rule_and_state_with_the_two_smallest_keys() {
+        let mut s = ActionSummary::default();
+        for (rule, key, state) in [
+            ("oversell", "k3", RowState::Shadow),
+            ("oversell", "k1", RowState::Shadow),
+            ("oversell", "k2", RowState::Pending),
+            ("low_stock", "k9", RowState::Delivered { status: 200 }),
+            ("low_stock", "k8", RowState::Failed { status: 422 }),
+        ] {
+            s.add(&row(rule, key, state));
+        }
+        assert_eq!(
+            s.lines("t.audit", 7),
+            [
+                "actions: 5 outbox row(s)",
+                "  low_stock            2  e.g. k8, k9",
+                "  oversell             3  e.g. k1, k2",
+                "outbox: 2 shadow, 1 pending, 1 delivered, 1 failed; audit topic t.audit: 7 record(s)",
+            ]
+        );
+    }
 }

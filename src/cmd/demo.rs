@@ -13,13 +13,22 @@ use anyhow::Context as _;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rust_decimal::Decimal;
+use tidemark_state::{codec, PartitionId};
 use tidemark_topology::config;
 
 use crate::cli::{DemoArgs, GenArgs, KafkaArgs};
 use crate::cmd::{gen, query};
+use crate::engine::outbox::OutboxRow;
 use crate::engine::Stats;
+use crate::kafka::reader::read_topic;
 use crate::kafka::KafkaSettings;
-use crate::{status, stream};
+use crate::stream::tasks::SKU_REPARTITION;
+use crate::{actions, status, stream};
+
+/// Where the example topology the demo runs lives in the repository.
+const EXAMPLE_PATH: &str = "topology/examples/orders.toml";
+/// Long enough for the shadow audits of a large run on a slow machine.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let topology = config::parse(config::EXAMPLE, "topology/examples/orders.toml")?;
@@ -85,9 +94,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         result
     });
 
-    let printer = status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(1));
-    let started = Instant::now();
-    let result = stream::run(stream::StreamOptions {
+    let mut opts = stream::StreamOptions {
         settings: settings.clone(),
         topology: topology.clone(),
         state_dir: args.state_dir.clone(),
@@ -96,17 +103,32 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         stop: Arc::clone(&stop),
         stats: Arc::clone(&stats),
         exit_at_end: Some(generated),
+        drain_timeout: DRAIN_TIMEOUT,
         allow_partial_rebuild: false,
         progress: Arc::new(crate::telemetry::Progress::default()),
         rows: None,
         store: None,
         sku_owned: Default::default(),
         static_assignment: None,
-    });
+    };
+    // The action runtime, as in `tidemark run`: the example rules are in shadow mode, so their
+    // rows are audited to the audit topic and never sent.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let store = stream::open_store(&opts)?;
+    let runtime = actions::spawn(&rt, &settings, &topology, Arc::clone(&store), Arc::clone(&stop), Arc::clone(&stats))?;
+    opts.rows = Some(runtime.rows);
+    opts.sku_owned = runtime.owned;
+    opts.store = Some(Arc::clone(&store));
+    let printer = status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(1));
+    let started = Instant::now();
+    let result = stream::run(opts);
     stop.store(true, Ordering::Relaxed);
     let _ = printer.join();
     producer.join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
-    result?;
+    match result {
+        Err(e) if e.is::<stream::DrainTimeout>() => eprintln!("demo: {e}"),
+        other => other?,
+    }
     eprintln!("demo: {}", status::summary(&stats, started.elapsed()));
 
     let partials = query::latest_partials(&settings, &topology.dashboard.topic)?;
@@ -126,5 +148,25 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     for (currency, (orders, gross, net)) in by_currency {
         eprintln!("  {currency}: {orders} orders, gross {gross}, net {net}");
     }
+    let mut summary = status::ActionSummary::default();
+    for partition in 0..topology.sku_repartition.partitions {
+        let id = PartitionId { source: SKU_REPARTITION, partition };
+        for (_, bytes) in store.outbox_scan(id)? {
+            summary.add(&codec::decode::<OutboxRow>("outbox row", &bytes)?);
+        }
+    }
+    let audited = read_topic(&settings, &topology.audit.topic)?.len();
+    for line in summary.lines(&topology.audit.topic, audited) {
+        eprintln!("demo: {line}");
+    }
+    let day = chrono::Utc::now().with_timezone(&topology.finance_time_zone).date_naive();
+    eprintln!(
+        "demo: look further (the mock cluster ends with the demo: on a real broker, `tidemark topics`, `gen` and `run` \
+         with --topology {EXAMPLE_PATH} first):\n  \
+         tidemark query dashboard --topology {EXAMPLE_PATH} --store tokyo-01\n  \
+         tidemark batch close --topology {EXAMPLE_PATH} --business-day {day}\n  \
+         audit records (key = idempotency key) are in topic {}; failed actions in {}",
+        topology.audit.topic, topology.action_dead_letter.topic
+    );
     Ok(())
 }

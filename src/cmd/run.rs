@@ -98,6 +98,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         stop: Arc::clone(&stop),
         stats: Arc::clone(&stats),
         exit_at_end: args.exit_at_end.then(|| Arc::new(AtomicBool::new(true))),
+        drain_timeout: args.drain_timeout,
         allow_partial_rebuild: args.allow_partial_rebuild,
         progress,
         rows: None,

@@ -6,6 +6,7 @@
 //! and `inventory` (upstream tasks) and the internal SKU repartition topic (SKU tasks).
 
 mod committer;
+mod drain;
 pub mod tasks;
 
 use std::collections::BTreeMap;
@@ -33,11 +34,10 @@ use crate::kafka::KafkaSettings;
 use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
 use committer::{Committer, Job, Shared};
+pub use drain::DrainTimeout;
 use tasks::{Task, INVENTORY, ORDERS, SKU_REPARTITION};
 
-/// Committed outbox rows, handed to the dispatcher. Rows are durable before they are sent
-/// here, so a full channel loses nothing: the dispatcher rescans the outbox.
-pub type RowSender = tokio::sync::mpsc::Sender<(PartitionId, OutboxRow)>;
+pub use crate::actions::RowSender;
 
 #[derive(Clone)]
 pub struct StreamOptions {
@@ -49,9 +49,12 @@ pub struct StreamOptions {
     pub instance_id: Option<String>,
     pub stop: Arc<AtomicBool>,
     pub stats: Arc<Stats>,
-    /// When set (and once the flag inside is true), stop as soon as every assigned partition
-    /// has reached the end of the log and no SKU task holds records (tests, the demo).
+    /// When set (and once the flag inside is true), stop as soon as the work derived from the
+    /// log is done (see [`drain`]): batch-like runs, tests, the demo.
     pub exit_at_end: Option<Arc<AtomicBool>>,
+    /// With `exit_at_end`: how long the derived work may take once every assigned input
+    /// partition is at its log end; then the stream stops anyway with [`DrainTimeout`].
+    pub drain_timeout: Duration,
     /// See `tidemark run --allow-partial-rebuild`.
     pub allow_partial_rebuild: bool,
     pub progress: Arc<Progress>,
@@ -95,6 +98,7 @@ struct Runner {
     /// When the oldest record of the current batch was consumed.
     batch_started: Option<Instant>,
     paused: bool,
+    drain: drain::Drain,
 }
 
 pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
@@ -224,6 +228,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         progress: Arc::clone(&opts.progress),
         latencies: latencies.clone(),
     })?;
+    let drain = drain::Drain::new(opts.drain_timeout);
     let mut runner = Runner {
         opts,
         store,
@@ -240,6 +245,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         latencies,
         batch_started: None,
         paused: false,
+        drain,
     };
     runner.run_loop(&consumer)
 }
@@ -307,15 +313,17 @@ impl Runner {
                 break;
             }
             let exit_armed = self.opts.exit_at_end.as_ref().is_some_and(|f| f.load(Ordering::Relaxed));
-            if exit_armed && self.drained(consumer) {
-                info!("every assigned partition is at the end of the log");
+            if exit_armed && self.drained(consumer)? {
                 break;
             }
         }
         self.complete(consumer)?;
         consumer.unsubscribe();
         info!("stream stopped after final commit");
-        Ok(())
+        match self.drain.timed_out.take() {
+            Some(remaining) => Err(remaining.into()),
+            None => Ok(()),
+        }
     }
 
     /// Applies `POST /pause` and `POST /resume` to the consumer's current assignment.
@@ -346,10 +354,6 @@ impl Runner {
             return None;
         }
         consumer.context().caught_up_at(id, task.next_offset(), LOG_END_FRESH)
-    }
-
-    fn drained(&self, consumer: &Consumer_) -> bool {
-        !self.tasks.is_empty() && self.tasks.iter().all(|(id, t)| self.idle(consumer, *id, t) && t.buffered() == 0)
     }
 
     fn restore(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<Task> {

@@ -1,0 +1,253 @@
+//! `--exit-at-end`: when the work derived from the log is done.
+//!
+//! After each commit, the stream thread stops once all of these hold:
+//! 1. every assigned `orders`/`inventory` partition is at its log end (the client's
+//!    statistics, as for idle promises); the first time this holds starts the drain timeout;
+//! 2. no SKU task holds records for the merge;
+//! 3. the action runtime has no row queued or in delivery, and no shadow row whose audit is
+//!    unacknowledged (its [`Backlog`](crate::actions::Backlog));
+//! 4. the SKU tasks consumed their repartition partitions up to a *look* taken at an earlier
+//!    check: the partitions' high watermarks, read after the commit in flight completed (so
+//!    every line and snapshot derived so far was acknowledged, hence lies below them),
+//!    together with the upstream tasks' positions. A look stays valid while those positions
+//!    stay the same, i.e. nothing was derived since. Progress marks appended after the look
+//!    are not waited for: with nothing buffered they release nothing, and a caught-up
+//!    upstream writes a new one every commit, so a look at the newest would never be reached;
+//! 5. no outbox row of an owned SKU partition is still `Pending` (rows a full hand-over
+//!    channel left to the runtime's rescan, rows an earlier run left unsent).
+//!
+//! 3 and 5 apply only when an action runtime takes the rows (`StreamOptions::rows`); without
+//! one, committed actions wait in the outbox for the next run. Lines that upstream partitions
+//! owned by another process derive are waited for as far as they were in the log at the look.
+//!
+//! If the drain timeout passes after 1 first held, the stream stops anyway and returns
+//! [`DrainTimeout`] with what remains; a later run from the same state continues from its
+//! checkpoints (pending actions are sent by its runtime).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::Consumer;
+use tidemark_state::PartitionId;
+use tracing::{debug, info, warn};
+
+use super::tasks::SKU_REPARTITION;
+use super::{Consumer_, Runner};
+use crate::actions;
+
+/// What was left when `--drain-timeout` ran out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainTimeout {
+    pub timeout: Duration,
+    /// Records of assigned partitions not yet consumed (by the last log ends seen).
+    pub records: i64,
+    /// Records the SKU merge still holds for upstream progress.
+    pub buffered: usize,
+    /// Outbox rows of owned SKU partitions still `Pending`.
+    pub actions: usize,
+    /// Shadow rows whose audit records were not yet acknowledged.
+    pub shadow: usize,
+}
+
+impl fmt::Display for DrainTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "--drain-timeout {} reached with work left: {} record(s) not yet consumed, {} held by the SKU merge, \
+             {} action(s) pending, {} shadow audit(s) unsent; a run from the same state continues from there",
+            humantime::format_duration(self.timeout),
+            self.records,
+            self.buffered,
+            self.actions,
+            self.shadow
+        )
+    }
+}
+
+impl std::error::Error for DrainTimeout {}
+
+pub(super) struct Drain {
+    timeout: Duration,
+    /// When every assigned input partition was first seen at its log end.
+    inputs_at_end: Option<Instant>,
+    look: Option<Look>,
+    /// Set when the timeout stopped the stream.
+    pub(super) timed_out: Option<DrainTimeout>,
+}
+
+impl Drain {
+    pub(super) fn new(timeout: Duration) -> Self {
+        Drain { timeout, inputs_at_end: None, look: None, timed_out: None }
+    }
+}
+
+/// The owned repartition partitions' log ends at one check, and the upstream positions
+/// whose derived records they include.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Look {
+    ends: BTreeMap<i32, i64>,
+    upstream: BTreeMap<PartitionId, i64>,
+}
+
+impl Look {
+    /// Every record the look saw was consumed (`sku`: next offset per SKU partition), and no
+    /// upstream task moved since, so nothing was derived after it.
+    fn reached(&self, upstream: &BTreeMap<PartitionId, i64>, sku: &BTreeMap<i32, i64>) -> bool {
+        self.upstream == *upstream
+            && self.ends.len() == sku.len()
+            && sku.iter().all(|(p, next)| self.ends.get(p).is_some_and(|end| next >= end))
+    }
+}
+
+impl Runner {
+    /// Whether the stream may stop now (see the module doc). Called after a commit while
+    /// `exit_at_end` is armed. Also true when the drain timeout has passed; then
+    /// `drain.timed_out` holds what remains.
+    pub(super) fn drained(&mut self, consumer: &Consumer_) -> anyhow::Result<bool> {
+        if self.tasks.is_empty() {
+            return Ok(false);
+        }
+        let inputs_at_end =
+            self.tasks.iter().filter(|(id, _)| id.source != SKU_REPARTITION).all(|(id, t)| self.idle(consumer, *id, t));
+        if inputs_at_end {
+            self.drain.inputs_at_end.get_or_insert_with(Instant::now);
+            if self.derived_work_done(consumer)? {
+                info!("every assigned partition is at the end of the log and the work derived from it is done");
+                return Ok(true);
+            }
+        }
+        match self.drain.inputs_at_end {
+            Some(since) if since.elapsed() >= self.drain.timeout => {
+                let left = self.remaining(consumer);
+                warn!(
+                    records = left.records,
+                    buffered = left.buffered,
+                    actions = left.actions,
+                    shadow = left.shadow,
+                    "drain timeout reached: stopping with work left"
+                );
+                self.drain.timed_out = Some(left);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Steps 2–5 of the module doc; step 1 holds.
+    fn derived_work_done(&mut self, consumer: &Consumer_) -> anyhow::Result<bool> {
+        if self.tasks.values().any(|t| t.buffered() > 0) {
+            return Ok(false);
+        }
+        let backlog = self.opts.rows.as_ref().map(|r| Arc::clone(r.backlog()));
+        if backlog.as_ref().is_some_and(|b| !b.is_empty()) {
+            return Ok(false);
+        }
+        // The batch in flight: then its outputs are acknowledged and its rows handed over.
+        self.complete(consumer)?;
+        let (upstream, sku) = self.positions();
+        if !self.drain.look.as_ref().is_some_and(|l| l.reached(&upstream, &sku)) {
+            self.drain.look = self.look(consumer, upstream, &sku);
+            return Ok(false);
+        }
+        let Some(backlog) = backlog else { return Ok(true) };
+        // Empty before and after the scan: a row settling meanwhile was counted throughout.
+        if !backlog.is_empty() || self.pending_actions()? > 0 {
+            return Ok(false);
+        }
+        Ok(backlog.is_empty())
+    }
+
+    /// Next offsets of the upstream tasks, and of the SKU tasks by partition.
+    fn positions(&self) -> (BTreeMap<PartitionId, i64>, BTreeMap<i32, i64>) {
+        let mut upstream = BTreeMap::new();
+        let mut sku = BTreeMap::new();
+        for (id, t) in &self.tasks {
+            if id.source == SKU_REPARTITION {
+                sku.insert(id.partition, t.next_offset());
+            } else {
+                upstream.insert(*id, t.next_offset());
+            }
+        }
+        (upstream, sku)
+    }
+
+    /// Reads the owned repartition partitions' high watermarks; `None` when the broker did
+    /// not answer (the next check tries again).
+    fn look(
+        &self,
+        consumer: &Consumer_,
+        upstream: BTreeMap<PartitionId, i64>,
+        sku: &BTreeMap<i32, i64>,
+    ) -> Option<Look> {
+        let topic = &self.opts.topology.sku_repartition.topic;
+        let mut ends = BTreeMap::new();
+        for p in sku.keys() {
+            match consumer.fetch_watermarks(topic, *p, Duration::from_secs(5)) {
+                Ok((_, high)) => {
+                    ends.insert(*p, high);
+                }
+                Err(e) => {
+                    debug!(partition = %PartitionId { source: SKU_REPARTITION, partition: *p }, error = %e, "cannot read the log end");
+                    return None;
+                }
+            }
+        }
+        Some(Look { ends, upstream })
+    }
+
+    /// `Pending` outbox rows of the owned SKU partitions.
+    fn pending_actions(&self) -> anyhow::Result<usize> {
+        let mut n = 0;
+        for id in self.tasks.keys().filter(|id| id.source == SKU_REPARTITION) {
+            n += actions::pending_in_outbox(&self.store, *id)?;
+        }
+        Ok(n)
+    }
+
+    fn remaining(&self, consumer: &Consumer_) -> DrainTimeout {
+        let ends = consumer.context().log_ends.lock().map(|e| e.clone()).unwrap_or_default();
+        let records =
+            self.tasks.iter().filter_map(|(id, t)| ends.get(id).map(|(end, _)| (end - t.next_offset()).max(0))).sum();
+        let actions = self.pending_actions().unwrap_or_else(|e| {
+            warn!(error = %e, "cannot count pending outbox rows");
+            0
+        });
+        DrainTimeout {
+            timeout: self.drain.timeout,
+            records,
+            buffered: self.tasks.values().map(|t| t.buffered()).sum(),
+            actions,
+            shadow: self.opts.rows.as_ref().map_or(0, |r| r.backlog().shadow()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(entries: &[(i32, i64)]) -> BTreeMap<PartitionId, i64> {
+        entries.iter().map(|(p, o)| (PartitionId { source: 0, partition: *p }, *o)).collect()
+    }
+
+    fn look() -> Look {
+        Look { ends: [(0, 10), (1, 4)].into(), upstream: up(&[(0, 100), (1, 50)]) }
+    }
+
+    #[test]
+    fn a_look_is_reached_once_every_sku_partition_consumed_its_log_end_and_no_upstream_moved() {
+        let l = look();
+        assert!(l.reached(&up(&[(0, 100), (1, 50)]), &[(0, 10), (1, 7)].into()));
+        assert!(!l.reached(&up(&[(0, 100), (1, 50)]), &[(0, 9), (1, 7)].into()), "partition 0 short of its end");
+    }
+
+    #[test]
+    fn a_look_taken_before_an_upstream_moved_or_the_assignment_changed_is_not_reached() {
+        let l = look();
+        assert!(!l.reached(&up(&[(0, 101), (1, 50)]), &[(0, 10), (1, 4)].into()), "upstream derived more since");
+        assert!(!l.reached(&up(&[(0, 100)]), &[(0, 10), (1, 4)].into()), "an upstream partition went away");
+        assert!(!l.reached(&up(&[(0, 100), (1, 50)]), &[(0, 10), (1, 4), (2, 0)].into()), "a SKU partition came");
+    }
+}
