@@ -92,8 +92,8 @@ pub struct MicrobatchArgs {
     pub backlog_probe_every: u64,
     /// Continue when records the state has not seen were already deleted from the log
     /// (a fresh state over a log whose head expired, or a job that fell behind retention).
-    #[arg(long)]
-    pub allow_partial_rebuild: bool,
+    #[arg(long, alias = "allow-partial-rebuild")]
+    pub accept_gaps: bool,
 }
 
 #[derive(Args, Debug)]
@@ -187,10 +187,19 @@ pub struct RunArgs {
     /// Seconds between two measurements of backlog age per partition.
     #[arg(long, default_value_t = 2)]
     pub backlog_probe_every: u64,
-    /// Accept rebuilding a partition that has no local state from a log whose head was
-    /// deleted (the rebuilt state then misses those records).
+    /// Continue when records a partition's state has not processed were already deleted
+    /// from the log (retention outran the processor, or a fresh state over a log whose head
+    /// expired): the partition moves to the log start, and the loss is logged and counted in
+    /// `tidemark_skipped_records_total`. Without it such a partition stops the process with
+    /// the lost offset range (SPEC §1.4).
+    #[arg(long, alias = "allow-partial-rebuild")]
+    pub accept_gaps: bool,
+    /// Accept input topics (`orders`, `inventory`) whose `message.timestamp.type` is
+    /// `CreateTime`. Logical time then comes from producer clocks: a producer with a wrong
+    /// clock moves windows, dedup expiry and the future-event check, and two replays of one
+    /// log agree only because the timestamps are stored. Without it, start is refused.
     #[arg(long)]
-    pub allow_partial_rebuild: bool,
+    pub allow_create_time: bool,
 }
 
 #[derive(Args, Debug)]

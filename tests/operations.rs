@@ -125,7 +125,7 @@ fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page
     }
     assert!(missing.is_empty(), "metrics used by the chart but absent from /metrics: {missing:?}\n{page}");
     let reasons = metric(&page, "tidemark_dead_letters_total");
-    assert_eq!(reasons.len(), 11, "one series per reject reason");
+    assert_eq!(reasons.len(), tidemark_topology::reject::RejectReason::ALL.len(), "one series per reject reason");
     assert!(reasons.iter().map(|(_, v)| v).sum::<f64>() > 0.0);
     assert_eq!(http("GET", port, "/readyz").map(|r| r.0), Some(200));
     child.finish();

@@ -27,12 +27,16 @@ fn libclang_line(files: &[&str]) -> String {
         .expect("run setup.sh");
     let text = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "a fake root without compilers must report something missing:\n{text}");
-    text.lines().find(|l| l.contains(" libclang ")).unwrap_or_else(|| panic!("no libclang line in:\n{text}")).to_string()
+    text.lines()
+        .find(|l| l.contains(" libclang "))
+        .unwrap_or_else(|| panic!("no libclang line in:\n{text}"))
+        .to_string()
 }
 
 #[test]
 fn a_root_with_only_libclang_cpp_is_reported_as_missing_libclang() {
-    let line = libclang_line(&["/usr/lib/x86_64-linux-gnu/libclang-cpp.so.14", "/usr/lib/llvm-14/lib/libclang-cpp.so.14"]);
+    let line =
+        libclang_line(&["/usr/lib/x86_64-linux-gnu/libclang-cpp.so.14", "/usr/lib/llvm-14/lib/libclang-cpp.so.14"]);
     assert!(line.contains("missing"), "{line}");
     assert!(line.contains("libclang-dev"), "the line names the package to install: {line}");
 }
@@ -62,6 +66,9 @@ fn an_empty_root_reports_every_prerequisite_missing() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{text}");
     for name in ["libclang", "C compiler", "OpenSSL", "zlib", "java", "maven"] {
-        assert!(text.lines().any(|l| l.contains("missing") && l.contains(name)), "{name} not reported missing:\n{text}");
+        assert!(
+            text.lines().any(|l| l.contains("missing") && l.contains(name)),
+            "{name} not reported missing:\n{text}"
+        );
     }
 }

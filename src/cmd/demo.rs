@@ -104,7 +104,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         stats: Arc::clone(&stats),
         exit_at_end: Some(generated),
         drain_timeout: DRAIN_TIMEOUT,
-        allow_partial_rebuild: false,
+        accept_gaps: false,
         progress: Arc::new(crate::telemetry::Progress::default()),
         rows: None,
         store: None,

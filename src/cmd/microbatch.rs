@@ -152,7 +152,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
                 if ran > 0 && !wait_until(next, &stop, &progress) {
                     break;
                 }
-                let slice = plan(&settings, &topology, &mut runner, &log, args.allow_partial_rebuild)?;
+                let slice = plan(&settings, &topology, &mut runner, &log, args.accept_gaps)?;
                 log.planned = Some(slice.clone());
                 let mut b = store.batch();
                 b.put_record(SLICES, &codec::encode(&log));
@@ -236,13 +236,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
 }
 
 fn task_config(t: &Topology) -> TaskConfig {
-    TaskConfig {
-        topic: t.orders.topic.clone(),
-        window: t.dashboard_window,
-        dedup_retention_ms: t.dedup_retention_ms,
-        sku_partitions: 0,
-        finance_tz: t.finance_time_zone,
-    }
+    TaskConfig::from_topology(t, 0)
 }
 
 /// Sleeps until `at`, beating the liveness heartbeat; false when a stop signal came first.
@@ -271,7 +265,7 @@ fn plan(
         let next = runner.next_offset(*p)?;
         anyhow::ensure!(
             next >= *low || allow_partial,
-            "{}/{p}: the state continues at offset {next} but the log now starts at {low}: records in between were deleted              before this job read them. Restore the state directory or pass --allow-partial-rebuild to accept the gap",
+            "{}/{p}: the state continues at offset {next} but the log now starts at {low}: records in between were deleted              before this job read them. Restore the state directory or pass --accept-gaps to accept the gap",
             t.orders.topic
         );
         let from = next.max(*low);

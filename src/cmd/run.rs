@@ -71,6 +71,11 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             info!(topics = ?created, "created topics");
         }
     }
+    rt.block_on(admin::check_log_append_time(
+        &settings,
+        &[&topology.orders.topic, &topology.inventory.topic],
+        args.allow_create_time,
+    ))?;
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_handler(rt, Arc::clone(&stop));
     let stats = Arc::new(Stats::default());
@@ -99,7 +104,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         stats: Arc::clone(&stats),
         exit_at_end: args.exit_at_end.then(|| Arc::new(AtomicBool::new(true))),
         drain_timeout: args.drain_timeout,
-        allow_partial_rebuild: args.allow_partial_rebuild,
+        accept_gaps: args.accept_gaps,
         progress,
         rows: None,
         store: None,

@@ -3,7 +3,7 @@
 //! checkpoint: which snapshot is current is decided downstream, in logical-time order.
 
 use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
-use tidemark_topology::normalize::normalize_inventory;
+use tidemark_topology::normalize::{normalize_inventory_with, NormalizeLimits};
 
 use super::derive::{sku_partition, Derived};
 use super::output::{OutputRecord, Sink};
@@ -14,14 +14,21 @@ pub struct InventoryTask {
     id: PartitionId,
     topic: String,
     sku_partitions: i32,
+    limits: NormalizeLimits,
     checkpoint: Checkpoint,
     uncommitted: bool,
 }
 
 impl InventoryTask {
-    pub fn restore(store: &Store, id: PartitionId, topic: String, sku_partitions: i32) -> Result<Self, StateError> {
+    pub fn restore(
+        store: &Store,
+        id: PartitionId,
+        topic: String,
+        sku_partitions: i32,
+        limits: NormalizeLimits,
+    ) -> Result<Self, StateError> {
         let checkpoint = store.checkpoint(id)?.unwrap_or_default();
-        Ok(InventoryTask { id, topic, sku_partitions, checkpoint, uncommitted: false })
+        Ok(InventoryTask { id, topic, sku_partitions, limits, checkpoint, uncommitted: false })
     }
 
     pub fn checkpoint(&self) -> &Checkpoint {
@@ -30,6 +37,14 @@ impl InventoryTask {
 
     pub fn has_uncommitted(&self) -> bool {
         self.uncommitted
+    }
+
+    /// Moves the checkpoint past offsets that carried nothing to apply (see
+    /// [`Checkpoint::skip_to`]); the next commit persists it.
+    pub fn skip_to(&mut self, offset: i64) {
+        if self.checkpoint.skip_to(offset) {
+            self.uncommitted = true;
+        }
     }
 
     /// Validates one snapshot and forwards it (or dead-letters it) at once: snapshots carry
@@ -41,7 +56,7 @@ impl InventoryTask {
         self.uncommitted = true;
         Stats::add(&stats.records, 1);
         let value = rec.value.unwrap_or_default();
-        match normalize_inventory(value) {
+        match normalize_inventory_with(rec.value, self.limits) {
             Ok(s) => {
                 let d = Derived::Snapshot {
                     lt: (self.checkpoint.max_append_ms, self.id.source, self.id.partition, rec.offset),

@@ -111,6 +111,14 @@ impl SkuTask {
         self.uncommitted
     }
 
+    /// Moves the checkpoint past offsets that carried nothing to apply (see
+    /// [`Checkpoint::skip_to`]); the next commit persists it.
+    pub fn skip_to(&mut self, offset: i64) {
+        if self.checkpoint.skip_to(offset) {
+            self.uncommitted = true;
+        }
+    }
+
     /// Records waiting for upstream progress.
     pub fn buffered(&self) -> usize {
         self.buffer.len()

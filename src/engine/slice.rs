@@ -125,7 +125,7 @@ fn task_of<'t>(
     match tasks.entry(partition) {
         Entry::Occupied(e) => Ok(e.into_mut()),
         Entry::Vacant(v) => {
-            let mut task = PartitionTask::restore(store, PartitionId { source: 0, partition }, cfg.clone())?;
+            let mut task = PartitionTask::restore(store, PartitionId::orders(partition), cfg.clone())?;
             task.hold_dedup_until_commit();
             Ok(v.insert((task, 0)))
         }
@@ -168,6 +168,7 @@ mod tests {
             dedup_retention_ms: 7 * 24 * 60 * MIN,
             sku_partitions: 0,
             finance_tz: chrono_tz::Asia::Tokyo,
+            limits: Default::default(),
         }
     }
 

@@ -17,9 +17,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
+use tidemark_topology::config::Topology;
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
 use tidemark_topology::event::{CanonicalEvent, EventKind};
-use tidemark_topology::normalize::normalize_order;
+use tidemark_topology::normalize::{normalize_order_with, NormalizeLimits};
 use tidemark_topology::provisional::{self, DayCalendar, ProvAgg, ProvKey, ProvisionalRecord};
 use tidemark_topology::window::{window_start, Watermark, WindowPolicy};
 
@@ -46,6 +47,23 @@ pub struct TaskConfig {
     pub sku_partitions: i32,
     /// Business days of provisional finance are dates in this zone.
     pub finance_tz: chrono_tz::Tz,
+    /// The topology's normalisation limits (identifier length), shared by every mode.
+    pub limits: NormalizeLimits,
+}
+
+impl TaskConfig {
+    /// The one way a mode builds its task configuration from the topology; `sku_partitions`
+    /// is the repartition topic's count (0 in modes without the inventory path).
+    pub fn from_topology(t: &Topology, sku_partitions: i32) -> TaskConfig {
+        TaskConfig {
+            topic: t.orders.topic.clone(),
+            window: t.dashboard_window,
+            dedup_retention_ms: t.dedup_retention_ms,
+            sku_partitions,
+            finance_tz: t.finance_time_zone,
+            limits: t.normalize,
+        }
+    }
 }
 
 struct Pending {
@@ -126,6 +144,14 @@ impl PartitionTask {
         self.uncommitted
     }
 
+    /// Moves the checkpoint past offsets that carried nothing to apply (see
+    /// [`Checkpoint::skip_to`]); the next commit persists it.
+    pub fn skip_to(&mut self, offset: i64) {
+        if self.checkpoint.skip_to(offset) {
+            self.uncommitted = true;
+        }
+    }
+
     /// Step 1 for one record. Returns `false` when the record was already processed.
     pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
         if !self.checkpoint.advance(rec.offset, rec.append_ms) {
@@ -135,7 +161,7 @@ impl PartitionTask {
         Stats::add(&stats.records, 1);
         let source = (self.cfg.topic.as_str(), self.id.partition, rec.offset, rec.append_ms);
         let value = rec.value.unwrap_or_default();
-        let event = match normalize_order(value, rec.append_ms) {
+        let event = match normalize_order_with(rec.value, rec.append_ms, self.cfg.limits) {
             Ok(event) => event,
             Err(rejection) => {
                 stats.dead_lettered(rejection.reason);

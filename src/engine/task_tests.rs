@@ -18,6 +18,7 @@ fn cfg() -> TaskConfig {
         dedup_retention_ms: 7 * 24 * HOUR,
         sku_partitions: 0,
         finance_tz: chrono_tz::Asia::Tokyo,
+        limits: Default::default(),
     }
 }
 

@@ -9,12 +9,24 @@ use tidemark_topology::config::{TopicSpec, Topology};
 
 use super::KafkaSettings;
 
+/// How long the internal SKU repartition topic keeps records: a SKU task further behind
+/// than this finds its next records deleted and stops with the lost range (SPEC §1.4),
+/// never skipping them silently. A day covers any outage the 10 s action budget cares
+/// about while keeping the broker's disk bounded (~4 MB/s of repartition traffic at 20k
+/// events/s is ~350 GB a day); docs/operations.md has the sizing.
+pub const REPARTITION_RETENTION_MS: &str = "86400000";
+
 /// Topic-level configs per role.
-fn configs(spec: &TopicSpec, log_append_time: bool) -> Vec<(&'static str, &'static str)> {
+fn configs(spec: &TopicSpec, role: Role) -> Vec<(&'static str, &'static str)> {
     let mut c = Vec::new();
-    if log_append_time {
+    match role {
         // Logical time is the broker's append time (SPEC §2).
-        c.push(("message.timestamp.type", "LogAppendTime"));
+        Role::Input => c.push(("message.timestamp.type", "LogAppendTime")),
+        Role::Repartition => {
+            c.push(("retention.ms", REPARTITION_RETENTION_MS));
+            c.push(("retention.bytes", "-1"));
+        }
+        Role::Output => {}
     }
     if spec.compacted {
         c.push(("cleanup.policy", "compact"));
@@ -22,21 +34,29 @@ fn configs(spec: &TopicSpec, log_append_time: bool) -> Vec<(&'static str, &'stat
     c
 }
 
+/// What a topic is to tidemark, for its configs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Input,
+    Repartition,
+    Output,
+}
+
 /// Creates every topic of the topology that does not exist yet. Existing topics are left
 /// as they are. Returns the names created.
 pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: i32) -> anyhow::Result<Vec<String>> {
-    let roles: [(&TopicSpec, bool); 11] = [
-        (&t.orders, true),
-        (&t.inventory, true),
-        (&t.dashboard, false),
-        (&t.dead_letter, false),
-        (&t.late, false),
-        (&t.audit, false),
-        (&t.action_dead_letter, false),
-        (&t.sku_repartition, false),
-        (&t.finance_provisional, false),
-        (&t.finance_close, false),
-        (&t.finance_manifest, false),
+    let roles: [(&TopicSpec, Role); 11] = [
+        (&t.orders, Role::Input),
+        (&t.inventory, Role::Input),
+        (&t.dashboard, Role::Output),
+        (&t.dead_letter, Role::Output),
+        (&t.late, Role::Output),
+        (&t.audit, Role::Output),
+        (&t.action_dead_letter, Role::Output),
+        (&t.sku_repartition, Role::Repartition),
+        (&t.finance_provisional, Role::Output),
+        (&t.finance_close, Role::Output),
+        (&t.finance_manifest, Role::Output),
     ];
     create(settings, &roles, replication).await
 }
@@ -50,7 +70,7 @@ pub async fn ensure_compacted(
     replication: i32,
 ) -> anyhow::Result<Vec<String>> {
     let spec = TopicSpec { topic: topic.to_string(), partitions: like.partitions, compacted: true };
-    create(settings, &[(&spec, false)], replication).await
+    create(settings, &[(&spec, Role::Output)], replication).await
 }
 
 /// Whether the broker knows `topic` (metadata without auto-creation).
@@ -63,11 +83,11 @@ pub fn topic_exists(settings: &KafkaSettings, topic: &str) -> anyhow::Result<boo
 
 async fn create(
     settings: &KafkaSettings,
-    roles: &[(&TopicSpec, bool)],
+    roles: &[(&TopicSpec, Role)],
     replication: i32,
 ) -> anyhow::Result<Vec<String>> {
     let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
-    let topic_configs: Vec<Vec<(&str, &str)>> = roles.iter().map(|(spec, lat)| configs(spec, *lat)).collect();
+    let topic_configs: Vec<Vec<(&str, &str)>> = roles.iter().map(|(spec, role)| configs(spec, *role)).collect();
     let new_topics: Vec<NewTopic<'_>> = roles
         .iter()
         .zip(&topic_configs)
@@ -86,4 +106,67 @@ async fn create(
         }
     }
     Ok(created)
+}
+
+/// SPEC §1.4: logical time is the broker's append time, so the input topics must stamp
+/// `LogAppendTime`. Refuses (naming each topic and the fix) unless `allow_create_time`.
+pub async fn check_log_append_time(
+    settings: &KafkaSettings,
+    topics: &[&str],
+    allow_create_time: bool,
+) -> anyhow::Result<()> {
+    use rdkafka::admin::{ConfigSource, OwnedResourceSpecifier, ResourceSpecifier};
+    let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
+    let specs: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+    // A topic created a moment ago may be described without its configs yet: ask again
+    // for a while before calling its timestamp type unknown.
+    let started = std::time::Instant::now();
+    let (wrong, unknown) = loop {
+        let mut wrong = Vec::new();
+        let mut unknown = Vec::new();
+        for result in admin.describe_configs(&specs, &opts).await? {
+            let resource = match result {
+                Ok(r) => r,
+                // A missing topic is reported, with what to do, where partitions are counted.
+                Err(RDKafkaErrorCode::UnknownTopicOrPartition) => continue,
+                Err(code) => anyhow::bail!("describing the input topics' configs: {code}"),
+            };
+            let OwnedResourceSpecifier::Topic(topic) = &resource.specifier else { continue };
+            let Some(entry) = resource.get("message.timestamp.type") else {
+                unknown.push(topic.clone());
+                continue;
+            };
+            let value = entry.value.as_deref().unwrap_or("unset");
+            if value != "LogAppendTime" {
+                let from = match entry.source {
+                    ConfigSource::DynamicTopic => " (set on the topic)",
+                    _ => " (the broker's default)",
+                };
+                wrong.push(format!("{topic} has message.timestamp.type={value}{from}"));
+            }
+        }
+        if unknown.is_empty() || started.elapsed() > Duration::from_secs(15) {
+            break (wrong, unknown);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    if !unknown.is_empty() {
+        tracing::warn!(topics = ?unknown, "the broker did not say these topics' message.timestamp.type; not checked");
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    if allow_create_time {
+        tracing::warn!(topics = ?wrong, "input topics stamp producer time (--allow-create-time): logical time follows producer clocks");
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{}: tidemark's logical time is the broker's append time (SPEC §1.4). Fix: \
+         `kafka-configs.sh --bootstrap-server … --alter --entity-type topics --entity-name TOPIC \
+         --add-config message.timestamp.type=LogAppendTime` (records appended before the change \
+         keep their producer time), or create the topics with `tidemark topics`; or pass \
+         --allow-create-time to accept producer time (docs/operations.md says what that costs)",
+        wrong.join("; ")
+    )
 }

@@ -49,6 +49,16 @@ impl TaskContext {
             .collect()
     }
 
+    /// The partition of `topic` as a `PartitionId` (one per source role the topic plays).
+    pub fn ids_of(&self, topic: &str, partition: i32) -> Vec<PartitionId> {
+        self.sources
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| *s == topic)
+            .filter_map(|(i, _)| Some(PartitionId { source: u16::try_from(i).ok()?, partition }))
+            .collect()
+    }
+
     pub fn push(&self, event: AssignmentEvent) {
         if let Ok(mut q) = self.events.lock() {
             q.push(event);
@@ -88,7 +98,7 @@ impl TaskContext {
                 }
             };
             if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
-                warn!(%topic, partition, error = %e, "cannot set start offset");
+                warn!(partition = %id, error = %e, "cannot set start offset");
             }
         }
     }

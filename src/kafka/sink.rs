@@ -2,22 +2,58 @@
 //! the commit waits for every acknowledgement: a crash in between replays the same inputs
 //! from the old checkpoint and produces the same records again (upserts are idempotent).
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use metrics::counter;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::ClientContext;
+use rdkafka::{ClientContext, Message};
 use tidemark_topology::config::Topology;
-use tracing::error;
+use tracing::{error, warn};
 
 use super::KafkaSettings;
+use crate::engine::output::{truncate_to_fit, MAX_SIDE_OUTPUT_BYTES};
 use crate::engine::{OutputRecord, Sink};
+
+/// A side output (dead letter, late record) to produce again: after a delivery failure or a
+/// local refusal. Side outputs must never stop the process (SPEC §1.3): they are retried
+/// until delivered, cut smaller each time the size was the problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Resend {
+    topic: String,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Resend {
+    /// Halves what a record may carry when its size was refused; keeps it otherwise.
+    fn shrink_if(&mut self, too_large: bool) {
+        if too_large {
+            let size = self.key.as_ref().map_or(0, Vec::len) + self.value.len();
+            let limit = (size / 2).min(MAX_SIDE_OUTPUT_BYTES);
+            truncate_to_fit(&mut self.key, &mut self.value, &mut self.headers, limit);
+        }
+    }
+}
+
+fn too_large(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) | Some(RDKafkaErrorCode::InvalidMessageSize)
+    )
+}
 
 #[derive(Default)]
 pub struct DeliveryContext {
     failed: AtomicU64,
+    /// Topics whose failed records are re-sent rather than failing the commit.
+    side_topics: HashSet<String>,
+    resend: Mutex<Vec<Resend>>,
 }
 
 impl ClientContext for DeliveryContext {}
@@ -26,10 +62,27 @@ impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            error!(error = %e, "output record not delivered");
-            self.failed.fetch_add(1, Ordering::Relaxed);
+        let Err((e, msg)) = result else { return };
+        if self.side_topics.contains(msg.topic()) {
+            warn!(topic = msg.topic(), error = %e, "side output not delivered; producing it again");
+            let mut r = Resend {
+                topic: msg.topic().to_string(),
+                key: msg.key().map(<[u8]>::to_vec),
+                value: msg.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                headers: msg
+                    .headers()
+                    .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+                    .unwrap_or_default(),
+            };
+            r.shrink_if(too_large(e));
+            counter!("tidemark_side_output_retries_total", "topic" => r.topic.clone()).increment(1);
+            if let Ok(mut q) = self.resend.lock() {
+                q.push(r);
+                return;
+            }
         }
+        error!(error = %e, "output record not delivered");
+        self.failed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -52,7 +105,14 @@ impl OutputSink {
             .set("compression.type", "lz4")
             .set("message.timeout.ms", "300000")
             .set("queue.buffering.max.messages", "1000000")
-            .create_with_context(DeliveryContext::default())?;
+            .create_with_context(DeliveryContext {
+                side_topics: [t.dead_letter.topic.clone(), t.late.topic.clone()].into_iter().collect(),
+                ..DeliveryContext::default()
+            })?;
+        for topic in [&t.dead_letter.topic, &t.late.topic] {
+            counter!("tidemark_side_output_retries_total", "topic" => topic.clone()).increment(0);
+            counter!("tidemark_side_outputs_truncated_total", "topic" => topic.clone()).increment(0);
+        }
         Ok(OutputSink {
             producer,
             dashboard: t.dashboard.topic.clone(),
@@ -85,9 +145,25 @@ impl OutputSink {
         }
     }
 
-    /// Queues records for delivery, waiting for room when the local queue is full.
+    /// Queues records for delivery, waiting for room when the local queue is full. A side
+    /// output larger than [`MAX_SIDE_OUTPUT_BYTES`] goes out truncated, with its original
+    /// size and SHA-256 in headers; one the producer refuses is queued to be sent again.
     pub fn send_all(&self, records: &mut Vec<OutputRecord>) -> anyhow::Result<()> {
         for r in records.drain(..) {
+            let side = matches!(r.sink, Sink::DeadLetter | Sink::Late);
+            let oversized = r.key.as_ref().map_or(0, Vec::len) + r.value.len() > MAX_SIDE_OUTPUT_BYTES;
+            if side && oversized {
+                let mut resend = Resend {
+                    topic: self.topic(r.sink).to_string(),
+                    key: r.key,
+                    value: r.value,
+                    headers: r.headers.into_iter().map(|(k, v)| (k.to_string(), v.into_bytes())).collect(),
+                };
+                truncate_to_fit(&mut resend.key, &mut resend.value, &mut resend.headers, MAX_SIDE_OUTPUT_BYTES);
+                counter!("tidemark_side_outputs_truncated_total", "topic" => resend.topic.clone()).increment(1);
+                self.send_side(resend);
+                continue;
+            }
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
             for (k, v) in &r.headers {
                 headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
@@ -109,12 +185,60 @@ impl OutputSink {
                         self.producer.poll(Duration::ZERO);
                         std::thread::sleep(Duration::from_millis(1));
                     }
+                    Err((e, _)) if side => {
+                        let mut resend = Resend {
+                            topic: self.topic(r.sink).to_string(),
+                            key: r.key.clone(),
+                            value: r.value.clone(),
+                            headers: r.headers.iter().map(|(k, v)| (k.to_string(), v.clone().into_bytes())).collect(),
+                        };
+                        warn!(topic = %resend.topic, error = %e, "side output refused by the producer; producing it again");
+                        resend.shrink_if(too_large(&e));
+                        self.send_side(resend);
+                        break;
+                    }
                     Err((e, _)) => anyhow::bail!("producing to {}: {e}", self.topic(r.sink)),
                 }
             }
         }
         self.producer.poll(Duration::ZERO);
         Ok(())
+    }
+
+    /// Queues one side output; a local refusal (size, queue) goes to the resend list, which
+    /// [`OutputSink::flush`] works off, so this never fails.
+    fn send_side(&self, mut r: Resend) {
+        loop {
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header { key: k, value: Some(v) });
+            }
+            let mut record: BaseRecord<'_, [u8], [u8]> =
+                BaseRecord::to(&r.topic).payload(&r.value[..]).headers(headers);
+            if let Some(k) = &r.key {
+                record = record.key(&k[..]);
+            }
+            match self.producer.send(record) {
+                Ok(()) => return,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    self.producer.poll(Duration::ZERO);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => {
+                    let size_refused = too_large(&e);
+                    counter!("tidemark_side_output_retries_total", "topic" => r.topic.clone()).increment(1);
+                    r.shrink_if(size_refused);
+                    if size_refused {
+                        continue;
+                    }
+                    warn!(topic = %r.topic, error = %e, "side output refused; will produce it again");
+                    if let Ok(mut q) = self.producer.context().resend.lock() {
+                        q.push(r);
+                    }
+                    return;
+                }
+            }
+        }
     }
 
     /// Waits until every queued record is acknowledged. An error means some record was not
@@ -127,11 +251,25 @@ impl OutputSink {
     /// sleeping 1 ms between checks returns within ~1 ms of the last acknowledgement.
     pub fn flush(&self, alive: &dyn Fn()) -> anyhow::Result<()> {
         let mut since_warning = Instant::now();
+        let mut backoff = Duration::from_millis(50);
         loop {
             self.producer.poll(Duration::ZERO);
             let in_flight = self.producer.in_flight_count();
             if in_flight == 0 {
-                break;
+                let resend =
+                    self.producer.context().resend.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
+                if resend.is_empty() {
+                    break;
+                }
+                // Side outputs that failed: produce them again, with growing pauses, for as
+                // long as it takes. The commit waits (nothing is lost) and the process stays up.
+                alive();
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                for r in resend {
+                    self.send_side(r);
+                }
+                continue;
             }
             if since_warning.elapsed() >= Duration::from_secs(10) {
                 since_warning = Instant::now();

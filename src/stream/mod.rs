@@ -7,6 +7,8 @@
 
 mod committer;
 mod drain;
+mod gap;
+mod partitions;
 pub mod tasks;
 
 use std::collections::BTreeMap;
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tidemark_state::{PartitionId, Store, StoreOptions};
 use tidemark_topology::config::Topology;
@@ -35,6 +38,7 @@ use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
 use committer::{Committer, Job, Shared};
 pub use drain::DrainTimeout;
+use partitions::check_partition_counts;
 use tasks::{Task, INVENTORY, ORDERS, SKU_REPARTITION};
 
 pub use crate::actions::RowSender;
@@ -55,8 +59,9 @@ pub struct StreamOptions {
     /// With `exit_at_end`: how long the derived work may take once every assigned input
     /// partition is at its log end; then the stream stops anyway with [`DrainTimeout`].
     pub drain_timeout: Duration,
-    /// See `tidemark run --allow-partial-rebuild`.
-    pub allow_partial_rebuild: bool,
+    /// See `tidemark run --accept-gaps`: continue past records that retention deleted
+    /// before they were processed (logged, counted), instead of stopping.
+    pub accept_gaps: bool,
     pub progress: Arc<Progress>,
     /// Where committed outbox rows go; `None` keeps them in the outbox only.
     pub rows: Option<RowSender>,
@@ -170,7 +175,9 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     cfg.set("group.id", &opts.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
+        // A fetch position outside the log (retention deleted records not yet processed, or
+        // a topic recreated shorter) is an error event, never a silent jump: see `gap`.
+        .set("auto.offset.reset", "error")
         .set("isolation.level", "read_committed")
         .set("statistics.interval.ms", STATS_EVERY_MS)
         .set("session.timeout.ms", "30000")
@@ -185,6 +192,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     let consumer: Consumer_ = cfg.create_with_context(context).context("creating consumer")?;
     let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
     let counts = partition_counts(&consumer, &topics)?;
+    check_partition_counts(&store, &topics, &counts)?;
     match opts.static_assignment {
         None => consumer.subscribe(&topics).context("subscribing")?,
         Some((ordinal, replicas)) => {
@@ -204,13 +212,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
     let sink = Arc::new(OutputSink::new(&opts.settings, t)?);
     let sku_partitions = counts[2];
-    let task_cfg = TaskConfig {
-        topic: t.orders.topic.clone(),
-        window: t.dashboard_window,
-        dedup_retention_ms: t.dedup_retention_ms,
-        sku_partitions,
-        finance_tz: t.finance_time_zone,
-    };
+    let task_cfg = TaskConfig::from_topology(t, sku_partitions);
     let upstreams = (0..counts[0]).map(|p| (ORDERS, p)).chain((0..counts[1]).map(|p| (INVENTORY, p))).collect();
     let sku_cfg = SkuTaskConfig {
         topic: t.sku_repartition.topic.clone(),
@@ -288,12 +290,21 @@ impl Runner {
                 self.handle_assignment(consumer)?;
                 match polled {
                     None => {}
+                    Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                        // Which partition is not said: look at every task's log start.
+                        warn!(error = %e, "a fetch position is outside the log");
+                        self.check_gaps(consumer)?;
+                    }
                     Some(Err(e)) => warn!(error = %e, "consumer error"),
                     Some(Ok(msg)) => {
                         let Some(source) = self.source_of(msg.topic()) else { continue };
                         let id = PartitionId { source, partition: msg.partition() };
                         let Some(task) = self.tasks.get_mut(&id) else { continue };
-                        let append_ms = msg.timestamp().to_millis().unwrap_or(0);
+                        // A record without a timestamp (possible only on a CreateTime topic
+                        // accepted with --allow-create-time) takes the partition's latest
+                        // append time: from the data, never the clock or zero.
+                        let append_ms =
+                            msg.timestamp().to_millis().filter(|t| *t >= 0).unwrap_or(task.checkpoint().max_append_ms);
                         let rec =
                             SourceRecord { key: msg.key(), value: msg.payload(), append_ms, offset: msg.offset() };
                         if task.ingest(rec, &mut self.out, &self.opts.stats) {
@@ -364,12 +375,12 @@ impl Runner {
                 id,
                 self.opts.topology.inventory.topic.clone(),
                 self.sku_partitions,
+                self.opts.topology.normalize,
             )?),
             _ => Task::Sku(Box::new(SkuTask::restore(&self.store, id, self.sku_cfg.clone())?)),
         };
-        if task.checkpoint().records == 0 && id.source != SKU_REPARTITION {
-            self.check_full_log(consumer, id)?;
-        }
+        let mut task = task;
+        self.check_log_start(consumer, id, &mut task)?;
         Ok(task)
     }
 
@@ -397,9 +408,7 @@ impl Runner {
                     for id in ids {
                         failpoint::hit("restore.mid");
                         let restoring = Instant::now();
-                        let task = self
-                            .restore(consumer, id)
-                            .with_context(|| format!("restoring {} partition {}", tasks::describe(id), id.partition))?;
+                        let task = self.restore(consumer, id).with_context(|| format!("restoring {id}"))?;
                         info!(
                             partition = %id,
                             next_offset = task.next_offset(),
@@ -426,23 +435,81 @@ impl Runner {
         Ok(())
     }
 
-    /// A partition with no state here is rebuilt from the start of the log; refuse when the
-    /// log no longer starts at offset 0, since the rebuilt state would silently miss records.
-    fn check_full_log(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<()> {
+    fn topic_of(&self, id: PartitionId) -> &str {
         let t = &self.opts.topology;
-        let topic = if id.source == ORDERS { &t.orders.topic } else { &t.inventory.topic };
-        let (low, _) = settle(&format!("reading the log start of {topic}/{}", id.partition), || {
+        match id.source {
+            ORDERS => &t.orders.topic,
+            INVENTORY => &t.inventory.topic,
+            _ => &t.sku_repartition.topic,
+        }
+    }
+
+    /// SPEC §1.4: a partition whose checkpoint lies below its log start (retention deleted
+    /// records it never processed: a fresh state over an expired head, or a task that fell
+    /// behind retention) never skips them silently. Without `--accept-gaps` this stops the
+    /// process with the lost range; with it, the task moves to the log start and the skipped
+    /// count is logged and counted (`tidemark_skipped_records_total`). A checkpoint beyond
+    /// the log end (a topic deleted and recreated) always stops: the state is not this log's.
+    fn check_log_start(&self, consumer: &Consumer_, id: PartitionId, task: &mut Task) -> anyhow::Result<()> {
+        let topic = self.topic_of(id);
+        let (low, high) = settle(&format!("reading the log start of {id} ({topic})"), || {
             consumer.fetch_watermarks(topic, id.partition, Duration::from_secs(10))
         })?;
-        if low > 0 && !self.opts.allow_partial_rebuild {
-            anyhow::bail!(
-                "{topic}/{} has no state in {} and its log starts at offset {low}, not 0: a rebuild would miss records. \
-                 Restore the state directory, or pass --allow-partial-rebuild to accept it",
-                id.partition,
-                self.opts.state_dir.display()
-            );
+        let next = task.next_offset();
+        gap::register(id);
+        let verdict = gap::judge(id, topic, next, low, high, self.opts.accept_gaps, &self.opts.state_dir)?;
+        if let Some(skipped) = verdict {
+            task.skip_to(low);
+            gap::record_skip(id, topic, next, low, skipped);
+            if let Err(e) = consumer.seek(topic, id.partition, Offset::Offset(low), Duration::from_secs(10)) {
+                // Not yet fetching (just assigned): the assignment's start offset is below
+                // the log start, which the consumer reports as an error; this runs again then.
+                tracing::debug!(partition = %id, error = %e, "seek after an accepted gap deferred");
+            }
         }
         Ok(())
+    }
+
+    /// After the consumer reported a fetch position outside a log: every task is checked
+    /// against its log start and end (see [`Runner::check_log_start`]).
+    fn check_gaps(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
+        let ids: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        for id in ids {
+            let Some(mut task) = self.tasks.remove(&id) else { continue };
+            let result = self.check_log_start(consumer, id, &mut task);
+            let next = task.next_offset();
+            self.tasks.insert(id, task);
+            result?;
+            // The partition that failed stopped fetching, and the event does not say which
+            // it was: restart each at its next offset (a no-op for the others, whose
+            // prefetched records are simply fetched again).
+            let topic = self.topic_of(id).to_string();
+            if let Err(e) = consumer.seek(&topic, id.partition, Offset::Offset(next), Duration::from_secs(10)) {
+                warn!(partition = %id, error = %e, "cannot restart fetching at the checkpoint");
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves each task past offsets the consumer stepped over without handing a record to
+    /// the application: transaction commit/abort markers and aborted records (SPEC §1.3).
+    /// Everything below the consumer's position was returned by `poll` and ingested, so the
+    /// difference between the two carried nothing to apply. Without this, a partition whose
+    /// last record is a transaction marker never counts as caught up, and its idle promise
+    /// never releases the SKU merge.
+    fn skip_control_records(&mut self, consumer: &Consumer_) {
+        let Ok(positions) = consumer.position() else { return };
+        let ctx = consumer.context();
+        for e in positions.elements() {
+            let Offset::Offset(position) = e.offset() else { continue };
+            for id in ctx.ids_of(e.topic(), e.partition()) {
+                if let Some(task) = self.tasks.get_mut(&id) {
+                    if position > task.next_offset() {
+                        task.skip_to(position);
+                    }
+                }
+            }
+        }
     }
 
     /// Progress promises of the upstream tasks, to every SKU partition. A task with new
@@ -497,6 +564,7 @@ impl Runner {
     /// no action key is produced twice.
     fn commit(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
         self.complete(consumer)?;
+        self.skip_control_records(consumer);
         let store = Arc::clone(&self.store);
         let mut batch = store.batch();
         let mut progressed = Vec::new();

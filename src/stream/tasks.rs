@@ -8,10 +8,10 @@ use crate::engine::outbox::OutboxRow;
 use crate::engine::sku_task::SkuTask;
 use crate::engine::{OutputRecord, PartitionTask, SourceRecord, Stats};
 
-/// `PartitionId::source` of each input topic.
-pub const ORDERS: u16 = 0;
-pub const INVENTORY: u16 = 1;
-pub const SKU_REPARTITION: u16 = 2;
+/// `PartitionId::source` of each input topic (defined beside `PartitionId`).
+pub const ORDERS: u16 = PartitionId::ORDERS;
+pub const INVENTORY: u16 = PartitionId::INVENTORY;
+pub const SKU_REPARTITION: u16 = PartitionId::SKU_REPARTITION;
 
 pub enum Task {
     /// Orders: normalise, dedup, dashboard, forward lines by SKU.
@@ -40,6 +40,15 @@ impl Task {
             Task::Orders(t) => t.has_uncommitted(),
             Task::Inventory(t) => t.has_uncommitted(),
             Task::Sku(t) => t.has_uncommitted(),
+        }
+    }
+
+    /// See [`tidemark_state::Checkpoint::skip_to`].
+    pub fn skip_to(&mut self, offset: i64) {
+        match self {
+            Task::Orders(t) => t.skip_to(offset),
+            Task::Inventory(t) => t.skip_to(offset),
+            Task::Sku(t) => t.skip_to(offset),
         }
     }
 
@@ -92,13 +101,5 @@ impl Task {
             Task::Sku(t) => t.buffered(),
             _ => 0,
         }
-    }
-}
-
-pub fn describe(id: PartitionId) -> &'static str {
-    match id.source {
-        ORDERS => "orders",
-        INVENTORY => "inventory",
-        _ => "sku-repartition",
     }
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Message, Offset, TopicPartitionList};
+use tidemark_state::PartitionId;
 use tracing::warn;
 
 use super::Progress;
@@ -34,20 +35,40 @@ pub fn spawn(
         .set("enable.auto.commit", "false")
         .set("max.partition.fetch.bytes", "65536")
         .set("fetch.wait.max.ms", "100")
+        // Never read "the newest record" in place of a deleted one: that reported ~0 s
+        // exactly when data was lost.
+        .set("auto.offset.reset", "error")
         .create()?;
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             for (partition, mut p) in progress.snapshot() {
+                let mut low = 0;
                 match consumer.fetch_watermarks(&topic, partition, Duration::from_secs(5)) {
-                    Ok((_, high)) => {
+                    Ok((l, high)) => {
+                        low = l;
                         progress.high_watermark(partition, high);
                         p.high_watermark = Some(high);
                     }
-                    Err(e) => warn!(partition, error = %e, "cannot read the log end offset"),
+                    Err(e) => {
+                        warn!(partition = %PartitionId::orders(partition), error = %e, "cannot read the log end offset")
+                    }
                 }
                 let age = match p.high_watermark {
                     Some(high) if p.committed_next < high => {
-                        match append_ms_at(&consumer, &topic, partition, p.committed_next) {
+                        // Below the log start the oldest unprocessed record is gone: the oldest
+                        // one left is a lower bound on the backlog's age, never "fresh".
+                        let oldest = if p.committed_next < low {
+                            warn!(
+                                partition = %PartitionId::orders(partition),
+                                lost_from = p.committed_next,
+                                lost_to = low,
+                                "records deleted before they were processed"
+                            );
+                            low
+                        } else {
+                            p.committed_next
+                        };
+                        match append_ms_at(&consumer, &topic, partition, oldest) {
                             Some(append_ms) => {
                                 let now = chrono::Utc::now().timestamp_millis();
                                 ((now - append_ms).max(0) as f64) / 1000.0

@@ -3,7 +3,7 @@
 //! Hot-path counting happens in plain atomics ([`crate::engine::Stats`]) and in histogram
 //! handles resolved once ([`events::Latencies`]); the exporter copies the atomics into the
 //! registry when `/metrics` is scraped. Label values are bounded: partition numbers, the
-//! eleven reject reasons, five latency segments, four dispatch outcomes.
+//! twelve reject reasons, five latency segments, four dispatch outcomes; `source` and `partition` of skipped records; the dead-letter and late `topic` of side-output retries.
 
 pub mod backlog;
 pub mod events;

@@ -26,6 +26,17 @@ impl Checkpoint {
         self.records += 1;
         true
     }
+
+    /// Moves past offsets that held no record for the application: transaction markers,
+    /// aborted records, or (only when an operator accepted the gap) records deleted by
+    /// retention. `false` when `offset` is not ahead of the checkpoint.
+    pub fn skip_to(&mut self, offset: i64) -> bool {
+        if offset <= self.next_offset {
+            return false;
+        }
+        self.next_offset = offset;
+        true
+    }
 }
 
 #[cfg(test)]
@@ -39,5 +50,14 @@ mod tests {
         assert!(c.advance(7, 100));
         assert!(c.advance(8, 50));
         assert_eq!((c.next_offset, c.max_append_ms, c.records), (9, 100, 2));
+    }
+
+    #[test]
+    fn skipping_moves_the_next_offset_forward_only_and_counts_no_record() {
+        let mut c = Checkpoint { next_offset: 5, records: 3, ..Checkpoint::default() };
+        assert!(!c.skip_to(5));
+        assert!(!c.skip_to(2));
+        assert!(c.skip_to(9));
+        assert_eq!((c.next_offset, c.records), (9, 3));
     }
 }

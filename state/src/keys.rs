@@ -4,7 +4,11 @@
 use std::fmt;
 
 /// A source partition: the index of the source in the topology and the partition number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Displayed the way operators name partitions: `orders[3]`, `inventory[0]`,
+/// `sku-repartition[7]` (the role, not the configured topic name, which logs give once at
+/// start).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PartitionId {
     pub source: u16,
     pub partition: i32,
@@ -12,6 +16,34 @@ pub struct PartitionId {
 
 impl PartitionId {
     pub const PREFIX_LEN: usize = 6;
+    /// `source` of the `orders` topic's partitions.
+    pub const ORDERS: u16 = 0;
+    /// `source` of the `inventory` topic's partitions.
+    pub const INVENTORY: u16 = 1;
+    /// `source` of the internal SKU repartition topic's partitions.
+    pub const SKU_REPARTITION: u16 = 2;
+
+    pub fn orders(partition: i32) -> Self {
+        PartitionId { source: Self::ORDERS, partition }
+    }
+
+    pub fn inventory(partition: i32) -> Self {
+        PartitionId { source: Self::INVENTORY, partition }
+    }
+
+    pub fn sku(partition: i32) -> Self {
+        PartitionId { source: Self::SKU_REPARTITION, partition }
+    }
+
+    /// The role of the source: `orders`, `inventory` or `sku-repartition`.
+    pub fn role(&self) -> &'static str {
+        match self.source {
+            Self::ORDERS => "orders",
+            Self::INVENTORY => "inventory",
+            Self::SKU_REPARTITION => "sku-repartition",
+            _ => "source",
+        }
+    }
 
     pub fn prefix(&self) -> [u8; Self::PREFIX_LEN] {
         let mut p = [0u8; Self::PREFIX_LEN];
@@ -44,7 +76,17 @@ impl PartitionId {
 
 impl fmt::Display for PartitionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "source{}-p{}", self.source, self.partition)
+        match self.source {
+            Self::ORDERS | Self::INVENTORY | Self::SKU_REPARTITION => write!(f, "{}[{}]", self.role(), self.partition),
+            other => write!(f, "source{other}[{}]", self.partition),
+        }
+    }
+}
+
+/// Logs and `{:?}` in lists read the same as `Display`: `[orders[0], orders[1]]`.
+impl fmt::Debug for PartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
@@ -69,6 +111,16 @@ pub enum Namespace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partitions_are_named_the_way_operators_name_them() {
+        assert_eq!(PartitionId::orders(0).to_string(), "orders[0]");
+        assert_eq!(
+            format!("{:?}", [PartitionId::inventory(1), PartitionId::sku(3)]),
+            "[inventory[1], sku-repartition[3]]"
+        );
+        assert_eq!(PartitionId { source: 9, partition: 2 }.to_string(), "source9[2]");
+    }
 
     #[test]
     fn prefix_end_is_the_first_key_after_the_partition() {

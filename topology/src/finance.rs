@@ -9,7 +9,7 @@
 //!   placed events. Shipped events carry no money and touch no row.
 //! - Money is exact `Decimal` at the currency's scale ([`Currency::canonical`]); amounts in
 //!   different currencies are never added.
-//! - Records are normalised by [`normalize_order`], the layer every mode shares, and
+//! - Records are normalised by [`crate::normalize::normalize_order_with`], the layer every mode shares, and
 //!   deduplicated by `event_id` with the stream's rule ([`Dedup`]).
 //!
 //! [`DayClose`] folds the records of a range into rows and accounts for every record:
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind};
-use crate::normalize::normalize_order;
+use crate::normalize::{normalize_order_with, NormalizeLimits};
 use crate::reject::RejectReason;
 
 /// Version of the definitions in this module, recorded in every close and adjustment.
@@ -229,13 +229,20 @@ impl Tally {
 pub struct DayClose {
     day: NaiveDate,
     tz: Tz,
+    limits: NormalizeLimits,
     aggs: BTreeMap<FinanceKey, FinanceAgg>,
     tally: Tally,
 }
 
 impl DayClose {
     pub fn new(day: NaiveDate, tz: Tz) -> DayClose {
-        DayClose { day, tz, aggs: BTreeMap::new(), tally: Tally::default() }
+        DayClose { day, tz, limits: NormalizeLimits::default(), aggs: BTreeMap::new(), tally: Tally::default() }
+    }
+
+    /// The topology's normalisation limits, so the close accepts exactly what the stream does.
+    pub fn with_limits(mut self, limits: NormalizeLimits) -> DayClose {
+        self.limits = limits;
+        self
     }
 
     pub fn day(&self) -> NaiveDate {
@@ -244,8 +251,8 @@ impl DayClose {
 
     /// Marks the event ids of a record as seen without counting the record: the records
     /// before an adjustment's range, which the original close already counted.
-    pub fn prime(dedup: &mut Dedup, value: &[u8], append_ms: i64) {
-        if let Ok(event) = normalize_order(value, append_ms) {
+    pub fn prime(&self, dedup: &mut Dedup, value: &[u8], append_ms: i64) {
+        if let Ok(event) = normalize_order_with(Some(value), append_ms, self.limits) {
             dedup.first_time(&event.event_id, append_ms);
         }
     }
@@ -258,7 +265,7 @@ impl DayClose {
     }
 
     fn classify(&mut self, dedup: &mut Dedup, value: &[u8], append_ms: i64) -> Outcome {
-        let event = match normalize_order(value, append_ms) {
+        let event = match normalize_order_with(Some(value), append_ms, self.limits) {
             Ok(event) => event,
             Err(rejection) => return Outcome::DeadLetter(rejection.reason),
         };
@@ -474,8 +481,8 @@ mod tests {
         let append = ms("2026-11-28T10:00:00Z");
         let record = placed("p1", "2026-11-28T09:00:00Z", "10");
         let mut dedup = Dedup::new(DAY_MS);
-        DayClose::prime(&mut dedup, &record, append);
         let mut close = DayClose::new(date("2026-11-28"), tokyo());
+        close.prime(&mut dedup, &record, append);
         assert_eq!(close.observe(&mut dedup, &record, append + 1), Outcome::Duplicate);
         assert!(close.rows().is_empty());
         assert_eq!(close.tally().records, 1);

@@ -170,7 +170,7 @@ pub fn close(args: BatchCloseArgs) -> anyhow::Result<()> {
     .run_id();
     eprintln!("batch close {} ({}): run {run_id} over {}", ctx.day, ctx.tz(), input.describe());
 
-    let mut fold = DayClose::new(ctx.day, tz);
+    let mut fold = DayClose::new(ctx.day, tz).with_limits(ctx.topology.normalize);
     let mut progress = Progress::new(&format!("batch close {}", ctx.day), input.span());
     for r in &input.ranges {
         let mut dedup = Dedup::new(ctx.topology.dedup_retention_ms);
@@ -265,14 +265,14 @@ pub fn adjust(args: BatchAdjustArgs) -> anyhow::Result<()> {
 /// first, only to learn which event ids they hold. Returns the fold and that dedup-only input.
 fn fold_after(ctx: &Ctx, log: &Log, close: &Manifest, input: &Input, label: &str) -> anyhow::Result<(DayClose, Input)> {
     let dedup_input = Input::new(log.topic(), &close.input.starts(), &input.starts());
-    let mut fold = DayClose::new(ctx.day, ctx.topology.finance_time_zone);
+    let mut fold = DayClose::new(ctx.day, ctx.topology.finance_time_zone).with_limits(ctx.topology.normalize);
     let mut progress = Progress::new(label, dedup_input.span() + input.span());
     let known: BTreeMap<i32, (i64, i64)> = dedup_input.ranges.iter().map(|r| (r.partition, (r.from, r.to))).collect();
     for r in &input.ranges {
         let mut dedup = Dedup::new(ctx.topology.dedup_retention_ms);
         if let Some((from, to)) = known.get(&r.partition) {
             log.read(r.partition, *from, *to, &mut progress, |_, _, value, append_ms| {
-                DayClose::prime(&mut dedup, value, append_ms);
+                fold.prime(&mut dedup, value, append_ms);
             })?;
         }
         log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| {

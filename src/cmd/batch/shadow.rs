@@ -21,7 +21,7 @@ use rdkafka::Message;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use tidemark_topology::finance::{business_day, day_bounds_ms, FinanceAgg, FinanceKey, FinanceRow};
-use tidemark_topology::normalize::normalize_order;
+use tidemark_topology::normalize::normalize_order_with;
 
 use super::manifest;
 use super::range::{Input, Log};
@@ -205,7 +205,7 @@ pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
         if !seen.insert((partition, offset)) {
             continue;
         }
-        let Ok(event) = normalize_order(m.payload().unwrap_or_default(), append_ms) else { continue };
+        let Ok(event) = normalize_order_with(m.payload(), append_ms, ctx.topology.normalize) else { continue };
         if business_day(event.event_time_ms, tz) != Some(ctx.day) {
             continue;
         }

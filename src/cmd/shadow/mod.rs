@@ -119,13 +119,7 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
 
     let records = input.span();
     let source = LogSource { log: &log, input: &input };
-    let cfg = TaskConfig {
-        topic: topology.orders.topic.clone(),
-        window: topology.dashboard_window,
-        dedup_retention_ms: topology.dedup_retention_ms,
-        sku_partitions: 0,
-        finance_tz: topology.finance_time_zone,
-    };
+    let cfg = TaskConfig::from_topology(&topology, 0);
     eprintln!("shadow: stream replay (commit every {} records per partition)", args.stream_commit_records);
     let stream = replay::stream(&source, &cfg, args.stream_commit_records)?;
     eprintln!("shadow: micro-batch replay ({} slices)", args.slices);

@@ -18,7 +18,7 @@ use tidemark_state::{Store, StoreOptions};
 use tidemark_topology::dashboard::{self, DashAgg, DashboardRecord};
 use tidemark_topology::event::CanonicalEvent;
 use tidemark_topology::finance::{business_day, Dedup, FinanceAgg, FinanceKey};
-use tidemark_topology::normalize::normalize_order;
+use tidemark_topology::normalize::normalize_order_with;
 use tidemark_topology::provisional::ProvisionalRecord;
 
 use super::compare::{Figures, Late};
@@ -166,7 +166,7 @@ pub fn batch(src: &dyn Source, cfg: &TaskConfig) -> anyhow::Result<BatchFigures>
     for (p, from, to) in src.ranges() {
         let mut dedup = Dedup::new(cfg.dedup_retention_ms);
         src.read(p, from, to, &mut |r| {
-            let Ok(event) = normalize_order(r.value.unwrap_or_default(), r.append_ms) else {
+            let Ok(event) = normalize_order_with(r.value, r.append_ms, cfg.limits) else {
                 out.dead_letters += 1;
                 return;
             };
@@ -238,7 +238,7 @@ pub fn late_contributions(p: &Published, cfg: &TaskConfig) -> (BTreeMap<String, 
     let mut finance: BTreeMap<String, Late> = BTreeMap::new();
     let mut dash: BTreeMap<String, Late> = BTreeMap::new();
     for (value, append_ms) in &p.late {
-        let Ok(event) = normalize_order(value, *append_ms) else { continue };
+        let Ok(event) = normalize_order_with(Some(value), *append_ms, cfg.limits) else { continue };
         if let Some(k) = finance_key(&event, cfg) {
             let mut a = FinanceAgg::default();
             a.apply(&event);
