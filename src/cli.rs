@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
 #[command(name = "tidemark", version, about = "Deterministic, crash-safe stateful stream processing for order events")]
@@ -42,6 +42,10 @@ pub enum Command {
     /// Shadow replay: run stream, micro-batch and batch over one frozen offset range and
     /// compare their results key by key; exit 3 on an unexplained mismatch (docs/modes.md).
     Shadow(ShadowArgs),
+    /// Inventory actions in a state directory's outbox: list them, and re-send failed
+    /// (dead-lettered) ones with the same key and payload, audited (docs/actions.md).
+    #[command(subcommand)]
+    Actions(ActionsCommand),
 }
 
 #[derive(Args, Debug)]
@@ -392,4 +396,85 @@ pub struct BatchShadowArgs {
     /// `table` (human) or `json` (one document).
     #[arg(long, default_value = "table")]
     pub format: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ActionsCommand {
+    /// List the outbox rows of a state directory. Opens it read-only, so it works beside the
+    /// running processor (e.g. through `kubectl exec`), and shows what was durable then.
+    List(ActionsListArgs),
+    /// Mark failed (dead-lettered) actions pending again, audited with event `resend`; the
+    /// next `tidemark run` on this state directory sends them with the same key and payload.
+    /// Needs the processor stopped: it refuses while another process holds the store.
+    Resend(ActionsResendArgs),
+}
+
+/// Which outbox rows `tidemark actions list` shows.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionStateFilter {
+    /// Pending and failed: what has not reached the endpoint.
+    Open,
+    /// Committed, not yet at a final state (being sent, or waiting for the next run).
+    Pending,
+    /// Refused with a permanent 4xx and dead-lettered.
+    Failed,
+    /// Recorded and audited, never sent (rules in `shadow` mode).
+    Shadow,
+    /// Answered 2xx.
+    Delivered,
+    /// Answered 409: the endpoint already had it.
+    Conflict,
+    All,
+}
+
+/// How a listing is printed.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListFormat {
+    /// Aligned columns for people.
+    Table,
+    /// One JSON object per line, with the payload.
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct ActionsListArgs {
+    /// The RocksDB state directory of a `tidemark run`.
+    #[arg(long, env = "TIDEMARK_STATE_DIR", default_value = "./state")]
+    pub state_dir: PathBuf,
+    /// Only rows in this state.
+    #[arg(long, value_enum, default_value_t = ActionStateFilter::Open)]
+    pub state: ActionStateFilter,
+    /// Only actions of this rule id.
+    #[arg(long)]
+    pub rule: Option<String>,
+    /// Only actions for this SKU.
+    #[arg(long)]
+    pub sku: Option<String>,
+    #[arg(long, value_enum, default_value_t = ListFormat::Table)]
+    pub format: ListFormat,
+}
+
+#[derive(Args, Debug)]
+pub struct ActionsResendArgs {
+    /// The topology file the processor runs (audit topic, store owner).
+    #[arg(long, env = "TIDEMARK_TOPOLOGY")]
+    pub topology: PathBuf,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// The processor's consumer group id (the state directory belongs to topology and group).
+    #[arg(long, env = "TIDEMARK_GROUP", default_value = "tidemark")]
+    pub group: String,
+    /// The RocksDB state directory of the stopped processor.
+    #[arg(long, env = "TIDEMARK_STATE_DIR", default_value = "./state")]
+    pub state_dir: PathBuf,
+    /// An action key to re-send (repeatable). Every key must name a failed row, or nothing
+    /// is changed.
+    #[arg(long = "key", value_name = "KEY", required_unless_present = "all_failed", conflicts_with = "all_failed")]
+    pub keys: Vec<String>,
+    /// Re-send every failed row of the state directory.
+    #[arg(long)]
+    pub all_failed: bool,
+    /// Why, recorded in the audit record of every re-sent action.
+    #[arg(long)]
+    pub reason: Option<String>,
 }

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tidemark::cli::{BatchCommand, Cli, Command, QueryCommand};
+use tidemark::cli::{ActionsCommand, BatchCommand, Cli, Command, QueryCommand};
 use tidemark::cmd;
 use tidemark_topology::config;
 
@@ -60,6 +60,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Batch(BatchCommand::Shadow(args)) => cmd::batch::shadow(args)?,
         Command::Microbatch(args) => cmd::microbatch::run(args, &runtime()?)?,
         Command::Shadow(args) => return cmd::shadow::run(args),
+        Command::Actions(ActionsCommand::List(args)) => cmd::actions::list(args)?,
+        Command::Actions(ActionsCommand::Resend(args)) => cmd::actions::resend(args, &runtime()?)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! One module per CLI command.
 
+pub mod actions;
 pub mod batch;
 pub mod demo;
 pub mod gen;

@@ -115,6 +115,17 @@ impl Store {
         Ok(store)
     }
 
+    /// Opens an existing store read-only, without taking its lock, so it works beside the
+    /// process that owns it (`tidemark actions list`). It sees what was durable when it
+    /// opened; it never writes (a write returns an error) and never creates a store.
+    pub fn open_read_only(path: &Path) -> Result<Store, StateError> {
+        let rocks = |source| StateError::Rocks { path: path.display().to_string(), source };
+        let opts = Options::default();
+        let cfs = DB::list_cf(&opts, path).map_err(rocks)?;
+        let db = DB::open_cf_for_read_only(&opts, path, cfs, false).map_err(rocks)?;
+        Ok(Store { db, path: path.to_path_buf(), write_opts: WriteOptions::default(), dedup_horizons: Arc::default() })
+    }
+
     fn claim(&self, owner: &str) -> Result<(), StateError> {
         let meta = self.cf(CF_META);
         match self.db.get_cf(meta, OWNER_KEY).map_err(|e| self.rocks(e))? {
@@ -235,6 +246,19 @@ impl Store {
                 break;
             }
             out.push((k[prefix.len()..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Every outbox row of every partition, in key order: `(partition, key, row)`.
+    pub fn outbox_scan_all(&self) -> Result<Vec<(PartitionId, KeyValue)>, StateError> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(CF_OUTBOX), rocksdb::IteratorMode::Start) {
+            let (k, v) = item.map_err(|e| self.rocks(e))?;
+            let (Some(source), Some(partition)) = (k.get(..2), k.get(2..PartitionId::PREFIX_LEN)) else { continue };
+            let (Ok(source), Ok(partition)) = (source.try_into(), partition.try_into()) else { continue };
+            let p = PartitionId { source: u16::from_be_bytes(source), partition: i32::from_be_bytes(partition) };
+            out.push((p, (k[PartitionId::PREFIX_LEN..].to_vec(), v.to_vec())));
         }
         Ok(out)
     }
