@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rocksdb::compaction_filter::Decision;
@@ -17,7 +18,12 @@ pub type KeyValue = (Vec<u8>, Vec<u8>);
 type Horizons = Arc<RwLock<HashMap<[u8; PartitionId::PREFIX_LEN], i64>>>;
 
 pub(crate) const CF_META: &str = "meta";
-pub(crate) const CF_DEDUP: &str = "dedup";
+/// Dedup entries keyed by a 128-bit hash of the event id (22-byte keys, ~40 bytes an entry
+/// on disk after compaction).
+pub(crate) const CF_DEDUP: &str = "dedup-hashed";
+/// Dedup entries of stores written before the hashed format, keyed by the raw event id.
+/// Looked up (for misses only) while it holds anything; its entries expire like the others.
+pub(crate) const CF_DEDUP_LEGACY: &str = "dedup";
 pub(crate) const CF_AGGREGATES: &str = "aggregates";
 pub(crate) const CF_OUTBOX: &str = "outbox";
 
@@ -51,6 +57,8 @@ pub struct Store {
     /// Per partition: dedup entries first seen before this append time (ms) can never match
     /// again and may be dropped by compaction. Partitions absent from the map keep everything.
     dedup_horizons: Horizons,
+    /// True while [`CF_DEDUP_LEGACY`] holds entries (a store upgraded from the raw-id format).
+    legacy_dedup: AtomicBool,
 }
 
 /// Bounds crash-recovery replay (measured ~55 MB/s here with flushing during the open).
@@ -78,18 +86,22 @@ impl Store {
         // thread's CPU went to memtable searches before it).
         dedup_opts.set_memtable_whole_key_filtering(true);
         dedup_opts.set_memtable_prefix_bloom_ratio(0.05);
-        let horizons = Arc::clone(&dedup_horizons);
         // Compaction only reclaims space: lookups re-check the retention themselves, so what
         // a lookup decides never depends on whether compaction has run yet.
-        dedup_opts.set_compaction_filter("dedup-expiry", move |_level: u32, key: &[u8], value: &[u8]| {
-            let horizon = key
-                .get(..PartitionId::PREFIX_LEN)
-                .and_then(|prefix| horizons.read().ok().and_then(|h| h.get(prefix).copied()));
-            match (horizon, decode_append_ms(value)) {
-                (Some(h), Some(ms)) if ms < h => Decision::Remove,
-                _ => Decision::Keep,
+        let expiry = |horizons: Horizons| {
+            move |_level: u32, key: &[u8], value: &[u8]| {
+                let horizon = key
+                    .get(..PartitionId::PREFIX_LEN)
+                    .and_then(|prefix| horizons.read().ok().and_then(|h| h.get(prefix).copied()));
+                match (horizon, decode_append_ms(value)) {
+                    (Some(h), Some(ms)) if ms < h => Decision::Remove,
+                    _ => Decision::Keep,
+                }
             }
-        });
+        };
+        let mut legacy_opts = dedup_opts.clone();
+        dedup_opts.set_compaction_filter("dedup-expiry", expiry(Arc::clone(&dedup_horizons)));
+        legacy_opts.set_compaction_filter("dedup-expiry", expiry(Arc::clone(&dedup_horizons)));
 
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
@@ -104,13 +116,16 @@ impl Store {
         let cfs = vec![
             ColumnFamilyDescriptor::new(CF_META, cf_opts.clone()),
             ColumnFamilyDescriptor::new(CF_DEDUP, dedup_opts),
+            ColumnFamilyDescriptor::new(CF_DEDUP_LEGACY, legacy_opts),
             ColumnFamilyDescriptor::new(CF_AGGREGATES, cf_opts.clone()),
             ColumnFamilyDescriptor::new(CF_OUTBOX, cf_opts),
         ];
         let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(rocks)?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(opts.sync_commits);
-        let store = Store { db, path: path.to_path_buf(), write_opts, dedup_horizons };
+        let store =
+            Store { db, path: path.to_path_buf(), write_opts, dedup_horizons, legacy_dedup: AtomicBool::new(true) };
+        store.refresh_legacy_dedup();
         store.claim(&opts.owner)?;
         Ok(store)
     }
@@ -123,7 +138,15 @@ impl Store {
         let opts = Options::default();
         let cfs = DB::list_cf(&opts, path).map_err(rocks)?;
         let db = DB::open_cf_for_read_only(&opts, path, cfs, false).map_err(rocks)?;
-        Ok(Store { db, path: path.to_path_buf(), write_opts: WriteOptions::default(), dedup_horizons: Arc::default() })
+        let store = Store {
+            db,
+            path: path.to_path_buf(),
+            write_opts: WriteOptions::default(),
+            dedup_horizons: Arc::default(),
+            legacy_dedup: AtomicBool::new(true),
+        };
+        store.refresh_legacy_dedup();
+        Ok(store)
     }
 
     fn claim(&self, owner: &str) -> Result<(), StateError> {
@@ -192,12 +215,34 @@ impl Store {
     /// Looks up many event ids of one partition in one batched read. Returns the append time
     /// at which each id was first seen, if it is stored.
     pub fn dedup_lookup<S: AsRef<str>>(&self, p: PartitionId, ids: &[S]) -> Result<Vec<Option<i64>>, StateError> {
-        let keys: Vec<Vec<u8>> = ids.iter().map(|id| dedup_key(p, id.as_ref())).collect();
-        self.db
+        let keys: Vec<[u8; DEDUP_KEY_LEN]> = ids.iter().map(|id| dedup_key(p, id.as_ref())).collect();
+        let mut found: Vec<Option<i64>> = self
+            .db
             .batched_multi_get_cf(self.cf(CF_DEDUP), &keys, false)
             .into_iter()
             .map(|r| r.map(|v| v.and_then(|v| decode_append_ms(&v))).map_err(|e| self.rocks(e)))
-            .collect()
+            .collect::<Result<_, _>>()?;
+        if self.legacy_dedup.load(Ordering::Relaxed) {
+            let misses: Vec<usize> = (0..found.len()).filter(|i| found[*i].is_none()).collect();
+            let legacy: Vec<Vec<u8>> = misses.iter().map(|i| p.key(ids[*i].as_ref().as_bytes())).collect();
+            let hits = self.db.batched_multi_get_cf(self.cf(CF_DEDUP_LEGACY), &legacy, false);
+            for (i, r) in misses.into_iter().zip(hits) {
+                found[i] = r.map_err(|e| self.rocks(e))?.and_then(|v| decode_append_ms(&v));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether the raw-id dedup entries of an upgraded store are still looked up; they stop
+    /// being looked up once compaction has dropped the last of them (checked at open and by
+    /// [`Store::compact_dedup`]).
+    pub fn has_legacy_dedup(&self) -> bool {
+        self.legacy_dedup.load(Ordering::Relaxed)
+    }
+
+    fn refresh_legacy_dedup(&self) {
+        let empty = self.db.iterator_cf(self.cf(CF_DEDUP_LEGACY), rocksdb::IteratorMode::Start).next().is_none();
+        self.legacy_dedup.store(!empty, Ordering::Relaxed);
     }
 
     /// Every aggregate of one namespace in one partition, for restoring the in-memory cache.
@@ -289,7 +334,7 @@ impl Store {
     /// Removes every trace of a partition (used before rebuilding it from the log).
     pub fn drop_partition(&self, p: PartitionId) -> Result<(), StateError> {
         let mut batch = rocksdb::WriteBatch::default();
-        for cf in [CF_DEDUP, CF_AGGREGATES, CF_OUTBOX] {
+        for cf in [CF_DEDUP, CF_DEDUP_LEGACY, CF_AGGREGATES, CF_OUTBOX] {
             batch.delete_range_cf(self.cf(cf), p.prefix().to_vec(), p.prefix_end());
         }
         batch.delete_cf(self.cf(CF_META), Self::checkpoint_key(p));
@@ -298,12 +343,26 @@ impl Store {
 
     /// Forces a compaction of the dedup column family (tests and maintenance).
     pub fn compact_dedup(&self) {
-        self.db.compact_range_cf(self.cf(CF_DEDUP), None::<&[u8]>, None::<&[u8]>);
+        for cf in [CF_DEDUP, CF_DEDUP_LEGACY] {
+            self.db.compact_range_cf(self.cf(cf), None::<&[u8]>, None::<&[u8]>);
+        }
+        self.refresh_legacy_dedup();
     }
 }
 
-pub(crate) fn dedup_key(p: PartitionId, event_id: &str) -> Vec<u8> {
-    p.key(event_id.as_bytes())
+/// Partition prefix + 128-bit XXH3 of the event id.
+pub(crate) const DEDUP_KEY_LEN: usize = PartitionId::PREFIX_LEN + 16;
+
+/// The dedup key of an event id: its partition's prefix and a 128-bit XXH3 hash of the id.
+/// Ids are at most 256 bytes (SPEC §1.3) but typically 20–40; the hash makes every key 22
+/// bytes and spreads them evenly. Two distinct ids of one partition collide with probability
+/// ~n²/2¹²⁹ (10¹⁰ ids in a retention: ~10⁻¹⁹), in which case the second is taken for a
+/// duplicate. XXH3 is a fixed, platform-independent function: keys never change.
+pub(crate) fn dedup_key(p: PartitionId, event_id: &str) -> [u8; DEDUP_KEY_LEN] {
+    let mut k = [0u8; DEDUP_KEY_LEN];
+    k[..PartitionId::PREFIX_LEN].copy_from_slice(&p.prefix());
+    k[PartitionId::PREFIX_LEN..].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(event_id.as_bytes()).to_be_bytes());
+    k
 }
 
 pub(crate) fn aggregate_prefix(p: PartitionId, ns: Namespace) -> Vec<u8> {
@@ -312,4 +371,50 @@ pub(crate) fn aggregate_prefix(p: PartitionId, ns: Namespace) -> Vec<u8> {
 
 pub(crate) fn decode_append_ms(v: &[u8]) -> Option<i64> {
     v.try_into().ok().map(i64::from_le_bytes)
+}
+
+#[cfg(test)]
+mod dedup_format_tests {
+    use super::*;
+
+    #[test]
+    fn every_dedup_key_is_the_partition_prefix_and_sixteen_hash_bytes_whatever_the_id_length() {
+        let p = PartitionId::orders(3);
+        for id in ["e", "e-7f3a0000-1111-2222-3333-444455556666", &"x".repeat(256)] {
+            let k = dedup_key(p, id);
+            assert_eq!(k.len(), 22);
+            assert_eq!(k[..6], p.prefix());
+        }
+        assert_ne!(dedup_key(p, "e-1"), dedup_key(p, "e-2"));
+        assert_ne!(dedup_key(p, "e-1"), dedup_key(PartitionId::orders(4), "e-1"));
+    }
+
+    #[test]
+    fn entries_of_an_upgraded_store_in_the_raw_id_format_are_still_found_until_they_expire() -> Result<(), StateError> {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = PartitionId::orders(0);
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default())?;
+            assert!(!store.has_legacy_dedup(), "a new store has no raw-id entries");
+            // What a store written before the hashed format holds.
+            store
+                .db
+                .put_cf(store.cf(CF_DEDUP_LEGACY), p.key(b"e-old"), 100i64.to_le_bytes())
+                .map_err(|e| store.rocks(e))?;
+            let mut b = store.batch();
+            b.put_dedup(p, "e-new", 900);
+            b.commit()?;
+        }
+        let store = Store::open(dir.path(), &StoreOptions::default())?;
+        assert!(store.has_legacy_dedup());
+        assert_eq!(store.dedup_lookup(p, &["e-old", "e-new", "e-none"])?, vec![Some(100), Some(900), None]);
+        store.set_dedup_horizon(p, 500);
+        store.compact_dedup();
+        assert!(
+            !store.has_legacy_dedup(),
+            "expired raw-id entries are dropped by compaction, then no longer looked up"
+        );
+        assert_eq!(store.dedup_lookup(p, &["e-old", "e-new"])?, vec![None, Some(900)]);
+        Ok(())
+    }
 }

@@ -1,0 +1,123 @@
+//! Dedup footprint benchmark (issue 15, SPEC §5): writes N dedup entries the way the stream
+//! does (one `WriteBatch` per commit, 4 partitions, 36-character ids), compacts, and reports
+//! bytes per entry on disk, the cost of a batched lookup per id (half hits, half misses) and
+//! the time compaction takes to expire all of them once the horizon passes them.
+//!
+//! ```sh
+//! cargo run --release -p tidemark-state --example dedup_footprint -- 50000000 /path/to/dir
+//! ```
+//! Prints one JSON object. The directory must not exist or be empty; it is removed at the end.
+
+use std::path::Path;
+use std::time::Instant;
+
+use tidemark_state::{PartitionId, Store, StoreOptions};
+
+const PARTITIONS: i32 = 4;
+const COMMIT: usize = 20_000;
+
+/// A UUID-shaped id (36 characters) derived from `n`: realistic length, no structure.
+fn id(n: u64, buf: &mut String) {
+    use std::fmt::Write;
+    buf.clear();
+    let a = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let b = a.rotate_left(17) ^ 0xD1B5_4A32_D192_ED03;
+    let _ = write!(
+        buf,
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xffff,
+        b >> 48,
+        b & 0xffff_ffff_ffff
+    );
+}
+
+fn sst_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|it| {
+            it.filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "sst"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let n: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5_000_000);
+    let dir = args
+        .next()
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("tidemark-dedup-footprint"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = Store::open(&dir, &StoreOptions { sync_commits: false, ..StoreOptions::default() })?;
+    let before = sst_bytes(&dir);
+
+    let started = Instant::now();
+    let mut buf = String::new();
+    let mut batch = store.batch();
+    for i in 0..n {
+        id(i, &mut buf);
+        let p = PartitionId::orders((i % PARTITIONS as u64) as i32);
+        // Append times one per entry per partition, spread like 20k/s.
+        batch.put_dedup(p, &buf, 1_700_000_000_000 + (i / 20) as i64);
+        if (i + 1) as usize % COMMIT == 0 {
+            std::mem::replace(&mut batch, store.batch()).commit()?;
+        }
+        if (i + 1) % 5_000_000 == 0 {
+            eprintln!("dedup_footprint: {} M entries written", (i + 1) / 1_000_000);
+        }
+    }
+    batch.commit()?;
+    let write_s = started.elapsed().as_secs_f64();
+    let compacting = Instant::now();
+    store.compact_dedup();
+    let compact_s = compacting.elapsed().as_secs_f64();
+    let bytes = sst_bytes(&dir).saturating_sub(before);
+
+    // Lookups: batches of 2,000 ids per partition, half of them stored, half never written;
+    // the ids are made before the clock starts, so only the lookups are timed.
+    let lookups = 1_000_000u64;
+    let mut hits = 0u64;
+    let mut looked = 0u64;
+    let mut lookup_s = 0.0;
+    let mut k = 0u64;
+    while looked < lookups {
+        let mut per: Vec<Vec<String>> = vec![Vec::with_capacity(2_000); PARTITIONS as usize];
+        while per.iter().map(Vec::len).sum::<usize>() < 8_000 {
+            // even k: an id written (spread over the range), odd: one never written.
+            let n_id = if k % 2 == 0 { k.wrapping_mul(7919) % n } else { n + k };
+            id(n_id, &mut buf);
+            per[(n_id % PARTITIONS as u64) as usize].push(buf.clone());
+            k += 1;
+        }
+        let timing = Instant::now();
+        for (p, ids) in per.iter().enumerate() {
+            hits +=
+                store.dedup_lookup(PartitionId::orders(p as i32), ids)?.iter().filter(|v| v.is_some()).count() as u64;
+            looked += ids.len() as u64;
+        }
+        lookup_s += timing.elapsed().as_secs_f64();
+    }
+    let done = looked;
+    let lookup_ns = lookup_s * 1e9 / done as f64;
+
+    // Expiry: the horizon passes every entry; compaction drops them (no scan by tidemark).
+    for p in 0..PARTITIONS {
+        store.set_dedup_horizon(PartitionId::orders(p), i64::MAX);
+    }
+    let expiring = Instant::now();
+    store.compact_dedup();
+    let expire_s = expiring.elapsed().as_secs_f64();
+    let after = sst_bytes(&dir).saturating_sub(before);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{{\"entries\":{n},\"sst_bytes\":{bytes},\"bytes_per_entry\":{:.1},\"write_s\":{write_s:.1},\"compact_s\":{compact_s:.1},\"lookups\":{done},\"lookup_hits\":{hits},\"lookup_ns_per_id\":{lookup_ns:.0},\"expire_s\":{expire_s:.1},\"sst_bytes_after_expiry\":{after}}}",
+        bytes as f64 / n as f64
+    );
+    Ok(())
+}
