@@ -64,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let p = PartitionId::orders((i % PARTITIONS as u64) as i32);
         // Append times one per entry per partition, spread like 20k/s.
         batch.put_dedup(p, &buf, 1_700_000_000_000 + (i / 20) as i64);
-        if (i + 1) as usize % COMMIT == 0 {
+        if ((i + 1) as usize).is_multiple_of(COMMIT) {
             std::mem::replace(&mut batch, store.batch()).commit()?;
         }
         if (i + 1) % 5_000_000 == 0 {
@@ -89,7 +89,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut per: Vec<Vec<String>> = vec![Vec::with_capacity(2_000); PARTITIONS as usize];
         while per.iter().map(Vec::len).sum::<usize>() < 8_000 {
             // even k: an id written (spread over the range), odd: one never written.
-            let n_id = if k % 2 == 0 { k.wrapping_mul(7919) % n } else { n + k };
+            let n_id = if k.is_multiple_of(2) { k.wrapping_mul(7919) % n } else { n + k };
             id(n_id, &mut buf);
             per[(n_id % PARTITIONS as u64) as usize].push(buf.clone());
             k += 1;
