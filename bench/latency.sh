@@ -59,7 +59,9 @@ params = { min_units = 40, factor = "2.0", baseline_windows = 15 }
 open(out, "w").write(t)
 PY
 "$BIN" topics --bootstrap "$BOOT" --topology "$WORK/topology.toml" >&2
-"$BIN" run --bootstrap "$BOOT" --topology "$WORK/topology.toml" --state-dir "$WORK/state" --group "$RUN" \
+# act rules refuse to run unsigned; signing is part of the measured path.
+TIDEMARK_WEBHOOK_SECRET="${TIDEMARK_WEBHOOK_SECRET:-bench-signing-key}" \
+  "$BIN" run --bootstrap "$BOOT" --topology "$WORK/topology.toml" --state-dir "$WORK/state" --group "$RUN" \
   --http-addr "127.0.0.1:$HTTP_PORT" --log warn 2> "$WORK/run.log" & TM_PID=$!
 for _ in $(seq 1 60); do curl -sf "127.0.0.1:$HTTP_PORT/readyz" >/dev/null && break; sleep 1; done
 blog "producing $EVENTS events at $RATE/s (open loop)"

@@ -14,6 +14,11 @@
 //! retention behind the newest row of their partition: by then no input can produce their
 //! key again (see `engine::outbox`).
 //!
+//! Requests are signed (see [`dispatcher`]): rules in `act` or `notify` mode refuse to
+//! start without a secret unless the topology sets `[endpoints] allow_unsigned = true`. A
+//! secret file is re-read every [`SECRET_CHECK_EVERY`] seconds, so a rotated Kubernetes
+//! Secret is used without a restart.
+//!
 //! Every row handed over or started counts in the runtime's [`Backlog`] until its outcome is
 //! persisted and audited, so `run --exit-at-end` can wait for the dispatch to finish.
 //!
@@ -24,6 +29,8 @@
 //! the audit record of that outcome (the outbox row still holds it).
 
 use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,11 +40,14 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Serialize;
 use tidemark_state::{codec, PartitionId, StateError, Store};
-use tidemark_topology::config::Topology;
+use tidemark_topology::config::{RuleMode, Topology};
 use tokio::sync::mpsc;
-use tracing::{error, warn};
+use tracing::{error, info, warn};
 
-use crate::dispatch::{Delivery, Dispatcher, Endpoints, Outcome, RetryPolicy, Signer, Target};
+use crate::dispatch::signer::{SECRET_ENV, SECRET_FILE_ENV};
+use crate::dispatch::{
+    Delivery, Dispatcher, Endpoints, Outcome, RetryPolicy, SecretChange, SecretWatch, Signer, Target, TlsConfig, Trust,
+};
 use crate::engine::outbox::{OutboxRow, RowState};
 use crate::failpoint;
 use crate::kafka::KafkaSettings;
@@ -49,6 +59,8 @@ use crate::telemetry::events::{Segment, DISPATCH, LATENCY};
 const MAX_STARTED: usize = 2048;
 /// How often every owned partition's outbox is swept for expired rows.
 const SWEEP_EVERY: u32 = 600;
+/// Ticks (seconds) between two reads of the webhook secret file.
+const SECRET_CHECK_EVERY: u32 = 5;
 
 /// SKU partitions this process owns, kept by the stream thread.
 pub type Owned = Arc<Mutex<BTreeSet<i32>>>;
@@ -196,21 +208,9 @@ pub fn spawn(
     stop: Arc<AtomicBool>,
     stats: Arc<crate::engine::Stats>,
 ) -> anyhow::Result<ActionRuntime> {
-    let parse = |u: &Option<String>| -> anyhow::Result<Option<reqwest::Url>> {
-        Ok(u.as_deref().map(reqwest::Url::parse).transpose()?)
-    };
-    let endpoints = Endpoints {
-        action_url: parse(&t.endpoints.action_url)?,
-        notify_url: parse(&t.endpoints.notify_url)?,
-        timeout: Duration::from_millis(u64::try_from(t.endpoints.timeout_ms).unwrap_or(5_000)),
-    };
-    let signer = Signer::from_env_or_file()?;
-    // Without an endpoint nothing is sent (a topology of shadow rules, the demo).
-    let sends = endpoints.action_url.is_some() || endpoints.notify_url.is_some();
-    if signer.is_none() && sends {
-        warn!("no webhook signing secret (TIDEMARK_WEBHOOK_SECRET or _FILE): requests go unsigned");
-    }
-    let dispatcher = Dispatcher::new(endpoints, signer, RetryPolicy::default(), t.endpoints.max_in_flight)?;
+    let secret_file = std::env::var_os(SECRET_FILE_ENV).map(PathBuf::from);
+    let dispatcher = dispatcher(t, std::env::var_os(SECRET_ENV), secret_file.clone())?;
+    let mut secret_watch = secret_file.map(|path| SecretWatch::new(path, dispatcher.signer_slot()));
     let audit: FutureProducer = settings
         .client_config()
         .set("enable.idempotence", "true")
@@ -262,11 +262,63 @@ pub fn spawn(
                     }
                     scanned = now_owned;
                     publish_gauges(&ctx);
+                    if let Some(watch) = secret_watch.as_mut().filter(|_| ticks.is_multiple_of(SECRET_CHECK_EVERY)) {
+                        match watch.check().await {
+                            Ok(SecretChange::Unchanged) => {}
+                            Ok(SecretChange::Reloaded { secrets }) => info!(secrets, "webhook signing secret reloaded"),
+                            Err(e) => error!(error = %e, "webhook signing secret not reloaded; signing with the previous one"),
+                        }
+                    }
                 }
             }
         }
     });
     Ok(ActionRuntime { rows: RowSender { tx, backlog: Arc::clone(&backlog) }, owned, backlog })
+}
+
+/// The dispatcher of `t`: its endpoints, TLS settings (files read now), and the signer
+/// from a secret `value` or `file` (`TIDEMARK_WEBHOOK_SECRET`, `TIDEMARK_WEBHOOK_SECRET_FILE`).
+/// Rules in `act` or `notify` mode refuse to run unsigned unless `[endpoints]
+/// allow_unsigned = true`; shadow rules send nothing and need no secret.
+pub fn dispatcher(t: &Topology, value: Option<OsString>, file: Option<PathBuf>) -> anyhow::Result<Dispatcher> {
+    let parse = |u: &Option<String>| -> anyhow::Result<Option<reqwest::Url>> {
+        Ok(u.as_deref().map(reqwest::Url::parse).transpose()?)
+    };
+    let endpoints = Endpoints {
+        action_url: parse(&t.endpoints.action_url)?,
+        notify_url: parse(&t.endpoints.notify_url)?,
+        timeout: Duration::from_millis(u64::try_from(t.endpoints.timeout_ms).unwrap_or(5_000)),
+    };
+    let e = &t.endpoints;
+    let tls = TlsConfig {
+        trust: match e.trust {
+            tidemark_topology::config::Trust::Webpki => Trust::Webpki,
+            tidemark_topology::config::Trust::System => Trust::System,
+            tidemark_topology::config::Trust::Both => Trust::Both,
+            tidemark_topology::config::Trust::None => Trust::None,
+        },
+        ca_file: e.ca_file.as_ref().map(PathBuf::from),
+        client_cert_file: e.client_cert_file.as_ref().map(PathBuf::from),
+        client_key_file: e.client_key_file.as_ref().map(PathBuf::from),
+    };
+    let signer = Signer::from_sources(value, file)?;
+    let sending: Vec<String> = t
+        .rules
+        .iter()
+        .filter(|r| r.mode != RuleMode::Shadow)
+        .map(|r| format!("{} ({})", r.id, if r.mode == RuleMode::Act { "act" } else { "notify" }))
+        .collect();
+    if signer.is_none() && !sending.is_empty() {
+        if !e.allow_unsigned {
+            anyhow::bail!(
+                "rules {} call webhooks but no signing secret is configured: set {SECRET_FILE_ENV} (or \
+                 {SECRET_ENV}), or set `allow_unsigned = true` in [endpoints] to send unsigned requests",
+                sending.join(", ")
+            );
+        }
+        warn!(rules = %sending.join(", "), "no webhook signing secret and allow_unsigned = true: requests go unsigned");
+    }
+    Ok(Dispatcher::with_tls(endpoints, &tls, signer, RetryPolicy::default(), e.max_in_flight)?)
 }
 
 fn publish_gauges(ctx: &Ctx) {
@@ -499,6 +551,52 @@ mod tests {
             source_append_ms: 0,
             committed_wall_ms: 0,
         }
+    }
+
+    /// The shipped example with `rules` in place of its rules and both endpoints set.
+    fn topology(rules: &str, endpoints_extra: &str) -> Topology {
+        let example = tidemark_topology::config::EXAMPLE;
+        let cut = example.find("# Anomaly rules.").unwrap_or(example.len());
+        let text = example[..cut]
+            .replace("# action_url = \"https://inventory.internal/actions\"", "action_url = \"http://127.0.0.1:9/a\"")
+            .replace("# notify_url = \"https://alerts.internal/notify\"", "notify_url = \"http://127.0.0.1:9/n\"")
+            .replace("allow_unsigned = false", endpoints_extra)
+            + rules;
+        tidemark_topology::config::parse(&text, "t.toml").unwrap()
+    }
+
+    fn rule(id: &str, mode: &str) -> String {
+        format!("\n[[rules]]\nid = \"{id}\"\nversion = 1\nmode = \"{mode}\"\n")
+    }
+
+    #[test]
+    fn act_and_notify_rules_refuse_to_start_without_a_signing_secret_unless_allowed() {
+        let rules = rule("oversell", "act") + &rule("velocity_spike", "notify") + &rule("low_stock", "shadow");
+        let err = dispatcher(&topology(&rules, ""), None, None).unwrap_err().to_string();
+        assert!(err.contains("rules oversell (act), velocity_spike (notify) call webhooks"), "{err}");
+        assert!(err.contains(SECRET_FILE_ENV) && err.contains("allow_unsigned = true"), "{err}");
+        for mode in ["act", "notify"] {
+            assert!(dispatcher(&topology(&rule("oversell", mode), ""), None, None).is_err(), "{mode}");
+        }
+
+        let allowed = topology(&rules, "allow_unsigned = true");
+        assert!(dispatcher(&allowed, None, None).unwrap().signer_slot().current().is_none());
+        let signed = dispatcher(&topology(&rules, ""), Some("a-secret".into()), None).unwrap();
+        assert_eq!(signed.signer_slot().current().map(|s| s.secrets()), Some(1));
+    }
+
+    #[test]
+    fn shadow_rules_need_no_signing_secret() {
+        let rules = rule("oversell", "shadow") + &rule("low_stock", "shadow");
+        assert!(dispatcher(&topology(&rules, ""), None, None).is_ok());
+        assert!(dispatcher(&topology("", ""), None, None).is_ok());
+    }
+
+    #[test]
+    fn tls_files_are_read_at_start_and_a_missing_one_is_named() {
+        let t = topology("", "ca_file = \"/nonexistent/ca.pem\"");
+        let err = dispatcher(&t, None, None).unwrap_err().to_string();
+        assert!(err.contains("ca_file /nonexistent/ca.pem: cannot read"), "{err}");
     }
 
     #[test]

@@ -8,7 +8,8 @@ use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use tokio::sync::Semaphore;
 
 use super::outcome::{classify_status, StatusClass};
-use super::{Delivery, DispatchError, Endpoints, Outcome, RetryPolicy, Signer};
+use super::signer::SignerSlot;
+use super::{Delivery, DispatchError, Endpoints, Outcome, RetryPolicy, Signer, TlsConfig};
 
 /// Bytes of a failure body kept for the dead letter and the audit record.
 const SNIPPET_BYTES: usize = 512;
@@ -19,7 +20,7 @@ const DRAIN_BYTES: usize = 64 * 1024;
 pub struct Dispatcher {
     client: reqwest::Client,
     endpoints: Endpoints,
-    signer: Option<Signer>,
+    signer: SignerSlot,
     retry: RetryPolicy,
     permits: Semaphore,
     max_in_flight: usize,
@@ -37,9 +38,22 @@ impl fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// Validates the whole configuration, reporting every problem at once.
+    /// [`Dispatcher::with_tls`] with the default [`TlsConfig`] (webpki roots, no client
+    /// certificate).
     pub fn new(
         endpoints: Endpoints,
+        signer: Option<Signer>,
+        retry: RetryPolicy,
+        max_in_flight: usize,
+    ) -> Result<Self, DispatchError> {
+        Dispatcher::with_tls(endpoints, &TlsConfig::default(), signer, retry, max_in_flight)
+    }
+
+    /// Validates the whole configuration, reading the TLS files, and reports every problem
+    /// at once.
+    pub fn with_tls(
+        endpoints: Endpoints,
+        tls: &TlsConfig,
         signer: Option<Signer>,
         retry: RetryPolicy,
         max_in_flight: usize,
@@ -68,10 +82,11 @@ impl Dispatcher {
                 }
             }
         }
+        let builder = tls.apply(reqwest::Client::builder().use_rustls_tls(), &mut problems);
         if !problems.is_empty() {
             return Err(DispatchError::Config { problems });
         }
-        let client = reqwest::Client::builder()
+        let client = builder
             .timeout(endpoints.timeout)
             .connect_timeout(endpoints.timeout)
             // A redirected POST may become a GET and silently drop the action.
@@ -81,11 +96,17 @@ impl Dispatcher {
             .user_agent(concat!("tidemark/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(DispatchError::Client)?;
+        let signer = SignerSlot::new(signer);
         Ok(Dispatcher { client, endpoints, signer, retry, permits: Semaphore::new(max_in_flight), max_in_flight })
     }
 
     pub fn endpoints(&self) -> &Endpoints {
         &self.endpoints
+    }
+
+    /// The signer in use; a [`SecretWatch`](super::SecretWatch) replaces it on rotation.
+    pub fn signer_slot(&self) -> SignerSlot {
+        self.signer.clone()
     }
 
     pub fn retry_policy(&self) -> &RetryPolicy {
@@ -101,11 +122,17 @@ impl Dispatcher {
             Ok(status) => (Some(*status), None),
             Err(err) => (Some(err.status()).filter(|s| *s != 0), Some(err.to_string())),
         };
+        let tls = matches!(result, Err(DispatchError::Tls(_)));
         let outcome = settle(&self.retry, d.attempt, result, &mut rand::thread_rng());
         let (key, target, attempt, error) = (&d.key, d.target, d.attempt, error.as_deref());
         match &outcome {
             Outcome::Delivered { .. } => tracing::debug!(%key, %target, attempt, status, "action delivered"),
             Outcome::Conflict => tracing::debug!(%key, %target, attempt, status, "action already done"),
+            // A TLS failure will not cure itself: say so on every attempt, with the fix.
+            Outcome::Retry { reason, after } if tls => {
+                let host = self.endpoints.url(target).and_then(|u| u.host_str()).unwrap_or_default();
+                tracing::error!(%key, %target, host, attempt, reason, ?after, error, "TLS failure: action stays pending")
+            }
             Outcome::Retry { reason, after } => {
                 tracing::debug!(%key, %target, attempt, status, reason, ?after, error, "action will be retried")
             }
@@ -133,7 +160,7 @@ impl Dispatcher {
             .header("webhook-timestamp", timestamp)
             .header("tidemark-source-append-time", d.source_append_ms)
             .body(d.body.clone());
-        if let Some(signer) = &self.signer {
+        if let Some(signer) = self.signer.current() {
             let mut signature = HeaderValue::try_from(signer.sign(&d.key, timestamp, &d.body))
                 .map_err(|_| DispatchError::Transport("signature is not a header value".into()))?;
             signature.set_sensitive(true);

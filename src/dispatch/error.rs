@@ -34,9 +34,16 @@ pub enum DispatchError {
     /// The request did not complete within the endpoint timeout. Retriable.
     #[error("no complete response within {0:?}")]
     Timeout(Duration),
-    /// No connection could be opened (refused, DNS, TLS handshake). Retriable.
+    /// No connection could be opened (refused, DNS). Retriable.
     #[error("connect: {0}")]
     Connect(String),
+    /// The TLS handshake failed: the endpoint's certificate is not trusted (unknown CA,
+    /// wrong name, expired) or it refused ours (mTLS). A configuration problem on one side
+    /// or the other, not a fault of the action: retriable, so the row stays in the outbox
+    /// until the trust roots or certificates are fixed, and logged as an error on every
+    /// attempt so it is never a silent retry loop.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The connection was reset or closed before a complete response. Retriable: the
     /// endpoint may or may not have acted, and the idempotency key makes a repeat safe.
     #[error("connection {kind}: {detail}")]
@@ -81,6 +88,7 @@ impl DispatchError {
             DispatchError::NoEndpoint(_)
             | DispatchError::Timeout(_)
             | DispatchError::Connect(_)
+            | DispatchError::Tls(_)
             | DispatchError::Connection { .. }
             | DispatchError::Body(_)
             | DispatchError::Transport(_) => true,
@@ -99,6 +107,7 @@ impl DispatchError {
             DispatchError::InvalidKey => "invalid key".into(),
             DispatchError::Timeout(_) => "timeout".into(),
             DispatchError::Connect(_) => "connect error".into(),
+            DispatchError::Tls(_) => "tls".into(),
             DispatchError::Connection { kind, .. } => format!("connection {kind}"),
             DispatchError::Body(_) => "body read error".into(),
             DispatchError::Transport(_) => "request error".into(),
@@ -121,6 +130,11 @@ impl DispatchError {
         let detail = chain(&err);
         if err.is_timeout() || io_kind(&err) == Some(std::io::ErrorKind::TimedOut) {
             return DispatchError::Timeout(timeout);
+        }
+        // Before `is_connect`: a certificate problem is a connect error too, and with TLS 1.3
+        // the server's refusal of a client certificate only arrives with the first read.
+        if let Some(tls) = tls_error(&err) {
+            return DispatchError::Tls(tls_detail(tls));
         }
         if err.is_connect() {
             return DispatchError::Connect(detail);
@@ -156,6 +170,39 @@ fn io_kind(err: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind
         current = e.source();
     }
     found
+}
+
+/// The rustls error in the source chain, if any. `io::Error::source` skips the error it
+/// wraps, so each io::Error is looked into as well.
+fn tls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut current = Some(err);
+    while let Some(e) = current {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(tls) = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            if let Some(tls) = tls.downcast_ref::<rustls::Error>() {
+                return Some(tls);
+            }
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// The rustls message, with a hint at the setting that usually fixes it.
+fn tls_detail(err: &rustls::Error) -> String {
+    use rustls::{AlertDescription as A, Error as E};
+    let hint = match err {
+        E::InvalidCertificate(_) => {
+            "the endpoint's certificate is not trusted: check endpoints.trust and endpoints.ca_file"
+        }
+        E::AlertReceived(A::CertificateRequired | A::BadCertificate | A::UnknownCA | A::AccessDenied) => {
+            "the endpoint refused our client certificate: check endpoints.client_cert_file and client_key_file"
+        }
+        _ => "the TLS handshake failed",
+    };
+    format!("{err} ({hint})")
 }
 
 /// "outer: inner: innermost", for logs.

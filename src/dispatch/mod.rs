@@ -15,13 +15,15 @@
 //! | `Idempotency-Key` | the action's deterministic key |
 //! | `webhook-id` | the same key (Standard Webhooks: stable across retries) |
 //! | `webhook-timestamp` | unix seconds at this attempt |
-//! | `webhook-signature` | `v1,<base64 HMAC-SHA256>` of `{id}.{timestamp}.{body}`, when a secret is configured |
+//! | `webhook-signature` | `v1,<base64 HMAC-SHA256>` of `{id}.{timestamp}.{body}` per secret (two, space-separated, during a rotation), when a secret is configured |
 //! | `tidemark-source-append-time` | broker append time (ms) of the input record that fired the action |
 //!
 //! - [`client`]: [`Dispatcher`], one pooled HTTP client with bounded concurrency.
 //! - [`outcome`]: [`Outcome`] and the pure status classification.
 //! - [`retry`]: [`RetryPolicy`], exponential backoff with full jitter.
-//! - [`signer`]: [`Signer`], Standard Webhooks signatures.
+//! - [`signer`]: [`Signer`], Standard Webhooks signatures with one or two secrets, and
+//!   [`SecretWatch`], which picks up a rotated secret file.
+//! - [`tls`]: [`TlsConfig`], trust roots, CA file and client certificate.
 //! - [`error`]: [`DispatchError`], which failures a retry can cure.
 //! - [`testkit`]: a scripted HTTP endpoint on 127.0.0.1 for tests.
 
@@ -31,6 +33,7 @@ pub mod outcome;
 pub mod retry;
 pub mod signer;
 pub mod testkit;
+pub mod tls;
 
 #[cfg(test)]
 mod tests;
@@ -42,7 +45,8 @@ pub use client::Dispatcher;
 pub use error::DispatchError;
 pub use outcome::Outcome;
 pub use retry::RetryPolicy;
-pub use signer::Signer;
+pub use signer::{SecretChange, SecretWatch, Signer, SignerSlot};
+pub use tls::{TlsConfig, Trust};
 
 /// Where actions go. A target without a URL may only be used by rules in `shadow` mode.
 #[derive(Debug, Clone, PartialEq, Eq)]

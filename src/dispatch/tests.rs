@@ -359,3 +359,81 @@ async fn logs_name_the_key_and_status_but_never_the_secret_or_signature() {
         assert!(!logs.contains(signature.trim_start_matches("v1,")), "{logs}");
     }
 }
+
+/// The raw HMAC key of a secret as configured (`whsec_<base64>` or raw bytes).
+fn key_of(secret: &str) -> Vec<u8> {
+    match secret.strip_prefix("whsec_") {
+        Some(encoded) => STANDARD.decode(encoded).unwrap(),
+        None => secret.as_bytes().to_vec(),
+    }
+}
+
+/// Whether `signature` (`v1,<base64>`) is the signature of `request` under `secret`.
+fn verifies(request: &Recorded, secret: &str, signature: &str) -> bool {
+    let id = request.header("webhook-id").unwrap();
+    let timestamp = request.header("webhook-timestamp").unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key_of(secret)).unwrap();
+    mac.update(format!("{id}.{timestamp}.").as_bytes());
+    mac.update(&request.body);
+    let Some(sent) = signature.strip_prefix("v1,").and_then(|s| STANDARD.decode(s).ok()) else { return false };
+    mac.verify_slice(&sent).is_ok()
+}
+
+/// The space-separated signatures of a request's `webhook-signature` header.
+fn signatures(request: &Recorded) -> Vec<String> {
+    request.header("webhook-signature").unwrap().split(' ').map(str::to_string).collect()
+}
+
+const PREVIOUS: &str = "the-old-secret-still-known-to-some-receivers";
+
+#[tokio::test]
+async fn during_a_rotation_each_request_carries_the_new_then_the_old_signature_and_each_verifies() {
+    let server = server(Behaviour::Ok).await;
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, format!("{SECRET}\n{PREVIOUS}\n").as_bytes()).unwrap();
+    let signer = Signer::from_sources(None, Some(file.path().to_owned())).unwrap().unwrap();
+    assert_eq!(signer.secrets(), 2);
+    let dispatcher =
+        Dispatcher::new(endpoints(&server, Duration::from_secs(5)), Some(signer), fast_retry(), 1).unwrap();
+    assert_eq!(dispatcher.attempt(&delivery("k")).await, Outcome::Delivered { status: 200 });
+
+    let r = &server.requests()[0];
+    let sent = signatures(r);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(verifies(r, SECRET, &sent[0]), "the first signature is the new secret's");
+    assert!(verifies(r, PREVIOUS, &sent[1]), "the second signature is the old secret's");
+    assert!(!verifies(r, PREVIOUS, &sent[0]) && !verifies(r, SECRET, &sent[1]));
+}
+
+#[tokio::test]
+async fn a_rewritten_secret_file_is_used_from_the_next_check_without_a_restart() {
+    let server = server(Behaviour::Ok).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("signing-key");
+    std::fs::write(&path, format!("{PREVIOUS}\n")).unwrap();
+    let signer = Signer::from_sources(None, Some(path.clone())).unwrap();
+    let dispatcher = Dispatcher::new(endpoints(&server, Duration::from_secs(5)), signer, fast_retry(), 1).unwrap();
+    let mut watch = SecretWatch::new(path.clone(), dispatcher.signer_slot());
+    assert_eq!(watch.check().await.unwrap(), SecretChange::Unchanged, "the first check sees the file as loaded");
+    dispatcher.attempt(&delivery("before")).await;
+
+    // Kubernetes swaps a mounted Secret in place: the rotation adds the new secret first.
+    std::fs::write(&path, format!("{SECRET}\n{PREVIOUS}\n")).unwrap();
+    assert_eq!(watch.check().await.unwrap(), SecretChange::Reloaded { secrets: 2 });
+    assert_eq!(watch.check().await.unwrap(), SecretChange::Unchanged);
+    dispatcher.attempt(&delivery("during")).await;
+
+    // An unusable rewrite keeps the secrets in use.
+    std::fs::write(&path, "").unwrap();
+    assert!(matches!(watch.check().await, Err(DispatchError::Secret { .. })));
+    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    assert_eq!(watch.check().await.unwrap(), SecretChange::Reloaded { secrets: 1 });
+    dispatcher.attempt(&delivery("after")).await;
+
+    let requests = server.requests();
+    let sent: Vec<Vec<String>> = requests.iter().map(signatures).collect();
+    assert_eq!(sent.iter().map(Vec::len).collect::<Vec<_>>(), [1, 2, 1]);
+    assert!(verifies(&requests[0], PREVIOUS, &sent[0][0]));
+    assert!(verifies(&requests[1], SECRET, &sent[1][0]) && verifies(&requests[1], PREVIOUS, &sent[1][1]));
+    assert!(verifies(&requests[2], SECRET, &sent[2][0]));
+}

@@ -61,6 +61,28 @@ pub struct Endpoints {
     pub notify_url: Option<String>,
     pub timeout_ms: i64,
     pub max_in_flight: usize,
+    /// Certificates that verify https endpoints.
+    pub trust: Trust,
+    /// PEM bundle of CA certificates trusted in addition to `trust`.
+    pub ca_file: Option<String>,
+    /// PEM client certificate (chain) and its private key, for endpoints that require mTLS.
+    pub client_cert_file: Option<String>,
+    pub client_key_file: Option<String>,
+    /// Whether `act` and `notify` rules may run without a webhook signing secret.
+    pub allow_unsigned: bool,
+}
+
+/// The built-in roots that verify an endpoint's certificate; `ca_file` adds to any of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Trust {
+    /// The Mozilla roots compiled into tidemark: the same in every image.
+    #[default]
+    Webpki,
+    /// The operating system's store (e.g. /etc/ssl/certs), read at start.
+    System,
+    Both,
+    /// Only `ca_file`.
+    None,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -221,6 +243,13 @@ struct RawEndpoints {
     timeout: String,
     #[serde(default = "default_max_in_flight")]
     max_in_flight: i64,
+    #[serde(default = "default_trust")]
+    trust: String,
+    ca_file: Option<String>,
+    client_cert_file: Option<String>,
+    client_key_file: Option<String>,
+    #[serde(default)]
+    allow_unsigned: bool,
 }
 
 /// An absent `[endpoints]` table means every field at its default (not empty strings).
@@ -231,8 +260,17 @@ impl Default for RawEndpoints {
             notify_url: None,
             timeout: default_endpoint_timeout(),
             max_in_flight: default_max_in_flight(),
+            trust: default_trust(),
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
+            allow_unsigned: false,
         }
     }
+}
+
+fn default_trust() -> String {
+    "webpki".into()
 }
 
 fn default_endpoint_timeout() -> String {
@@ -497,6 +535,33 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         }
     }
     let max_in_flight = usize::try_from(raw.endpoints.max_in_flight).unwrap_or(0);
+    let trust = match raw.endpoints.trust.as_str() {
+        "webpki" => Trust::Webpki,
+        "system" => Trust::System,
+        "both" => Trust::Both,
+        "none" => Trust::None,
+        other => {
+            c.error("endpoints.trust", format!("unknown trust `{other}` (expected webpki | system | both | none)"));
+            Trust::Webpki
+        }
+    };
+    if trust == Trust::None && raw.endpoints.ca_file.is_none() {
+        c.error("endpoints.trust", "`none` trusts only endpoints.ca_file, which is not set");
+    }
+    for (path, file) in [
+        ("endpoints.ca_file", &raw.endpoints.ca_file),
+        ("endpoints.client_cert_file", &raw.endpoints.client_cert_file),
+        ("endpoints.client_key_file", &raw.endpoints.client_key_file),
+    ] {
+        if file.as_deref().is_some_and(|f| f.trim().is_empty()) {
+            c.error(path, "must not be empty; leave the key out instead");
+        }
+    }
+    match (&raw.endpoints.client_cert_file, &raw.endpoints.client_key_file) {
+        (Some(_), None) => c.error("endpoints.client_key_file", "must be set with endpoints.client_cert_file"),
+        (None, Some(_)) => c.error("endpoints.client_cert_file", "must be set with endpoints.client_key_file"),
+        _ => {}
+    }
     if max_in_flight == 0 {
         c.error("endpoints.max_in_flight", "must be a positive integer");
     }
@@ -612,6 +677,11 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
             notify_url: raw.endpoints.notify_url,
             timeout_ms: endpoint_timeout,
             max_in_flight: max_in_flight.max(1),
+            trust,
+            ca_file: raw.endpoints.ca_file,
+            client_cert_file: raw.endpoints.client_cert_file,
+            client_key_file: raw.endpoints.client_key_file,
+            allow_unsigned: raw.endpoints.allow_unsigned,
         },
         dedup_retention_ms,
         commit_interval_ms: u64::try_from(commit_interval_ms).unwrap_or(0),
@@ -679,10 +749,12 @@ mod tests {
     #[test]
     fn a_topology_without_an_endpoints_table_gets_the_documented_defaults() {
         let start = EXAMPLE.find("[endpoints]").expect("endpoints table");
-        let end = EXAMPLE[start..].find("max_in_flight = 32").expect("last key") + start + "max_in_flight = 32".len();
+        let last = "allow_unsigned = false";
+        let end = EXAMPLE[start..].find(last).expect("last key") + start + last.len();
         let text = format!("{}{}", &EXAMPLE[..start], &EXAMPLE[end..]);
         let t = parse(&text, "t.toml").expect("valid without [endpoints]");
         assert_eq!((t.endpoints.timeout_ms, t.endpoints.max_in_flight), (5_000, 32));
+        assert_eq!((t.endpoints.trust, t.endpoints.allow_unsigned), (Trust::Webpki, false));
     }
 
     #[test]
@@ -693,6 +765,31 @@ mod tests {
         let with_url = text
             .replace("# action_url = \"https://inventory.internal/actions\"", "action_url = \"http://127.0.0.1:1/a\"");
         assert!(parse(&with_url, "t.toml").is_ok());
+    }
+
+    #[test]
+    fn webhook_tls_and_signing_keys_default_to_webpki_and_signed_and_are_checked_together() {
+        let t = parse(EXAMPLE, "t.toml").expect("valid");
+        assert_eq!(t.endpoints.trust, Trust::Webpki);
+        assert_eq!((t.endpoints.ca_file.as_deref(), t.endpoints.client_cert_file.as_deref()), (None, None));
+        assert!(!t.endpoints.allow_unsigned);
+        let set = EXAMPLE.replace("trust = \"webpki\"", "trust = \"both\"").replace(
+            "allow_unsigned = false",
+            "allow_unsigned = true\nca_file = \"/ca.pem\"\nclient_cert_file = \"/c.pem\"\nclient_key_file = \"/k.pem\"",
+        );
+        let t = parse(&set, "t.toml").expect("valid");
+        assert_eq!(t.endpoints.trust, Trust::Both);
+        assert_eq!(t.endpoints.ca_file.as_deref(), Some("/ca.pem"));
+        assert_eq!(t.endpoints.client_key_file.as_deref(), Some("/k.pem"));
+        assert!(t.endpoints.allow_unsigned);
+        let bad = EXAMPLE
+            .replace("trust = \"webpki\"", "trust = \"none\"")
+            .replace("allow_unsigned = false", "client_cert_file = \"/c.pem\"\nca = \"x\"");
+        let err = parse(&bad, "t.toml").expect_err("must fail");
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, vec!["endpoints.ca", "endpoints.trust", "endpoints.client_key_file"], "{err}");
+        let unknown = EXAMPLE.replace("trust = \"webpki\"", "trust = \"os\"");
+        assert_eq!(parse(&unknown, "t.toml").expect_err("must fail").errors[0].path, "endpoints.trust");
     }
 
     #[test]
