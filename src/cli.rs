@@ -184,10 +184,24 @@ pub struct RunArgs {
     /// This pod's ordinal for `--replicas` (default: parsed from the end of --instance-id).
     #[arg(long, env = "TIDEMARK_ORDINAL")]
     pub ordinal: Option<i32>,
-    /// Serve `/metrics`, `/healthz`, `/readyz`, `POST /pause`, `POST /resume` here,
-    /// e.g. `0.0.0.0:9090`. Off when not given.
+    /// Serve `/metrics`, `/startupz`, `/healthz`, `/readyz` here, e.g. `0.0.0.0:9090`.
+    /// Off when not given (and then so is the admin listener).
     #[arg(long, env = "TIDEMARK_HTTP_ADDR")]
     pub http_addr: Option<std::net::SocketAddr>,
+    /// Serve the admin endpoints `POST /pause` and `POST /resume` here (with --http-addr).
+    /// Loopback unless --admin-token-file is given; `off` disables them. When the default
+    /// address is taken (several processes on one host) the listener stays off.
+    #[arg(long, env = "TIDEMARK_ADMIN_ADDR")]
+    pub admin_addr: Option<String>,
+    /// A file holding the bearer token the admin endpoints require (`Authorization: Bearer
+    /// <token>`), e.g. a mounted Secret; read again on each request. Required when
+    /// --admin-addr is not a loopback address.
+    #[arg(long, env = "TIDEMARK_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// `/readyz` answers 503 while the backlog age of any partition is above this many
+    /// seconds (0 = no bound: ready once the lag is known).
+    #[arg(long, env = "TIDEMARK_READY_MAX_LAG_SECONDS", default_value_t = 60)]
+    pub ready_max_lag_seconds: u64,
     /// Seconds between two measurements of backlog age per partition.
     #[arg(long, default_value_t = 2)]
     pub backlog_probe_every: u64,

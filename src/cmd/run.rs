@@ -19,7 +19,10 @@ pub fn settings(k: &KafkaArgs) -> anyhow::Result<KafkaSettings> {
     if let Some(f) = &k.kafka_config {
         s = s.with_file(f).map_err(anyhow::Error::msg)?;
     }
-    s.with_pairs(&k.kafka_option).map_err(anyhow::Error::msg)
+    let s = s.with_pairs(&k.kafka_option).map_err(anyhow::Error::msg)?;
+    // Here rather than at the first client: librdkafka's message would quote secret values.
+    s.validate().map_err(anyhow::Error::msg)?;
+    Ok(s)
 }
 
 /// Sets `stop` on SIGTERM or SIGINT; a second signal exits at once.
@@ -39,6 +42,21 @@ pub fn install_signal_handler(rt: &tokio::runtime::Runtime, stop: Arc<AtomicBool
             stop.store(true, Ordering::Relaxed);
         }
     });
+}
+
+/// `--admin-addr` (default `127.0.0.1:9091`, `off`) and `--admin-token-file`.
+fn admin_config(args: &RunArgs) -> anyhow::Result<Option<telemetry::admin::Config>> {
+    let (addr, explicit) = match args.admin_addr.as_deref().map(str::trim) {
+        Some("off") => return Ok(None),
+        Some(a) => (a.parse().with_context(|| format!("--admin-addr {a}: expected host:port or off"))?, true),
+        None => (std::net::SocketAddr::from(([127, 0, 0, 1], 9091)), false),
+    };
+    Ok(Some(telemetry::admin::Config {
+        addr,
+        explicit,
+        token_file: args.admin_token_file.clone(),
+        state_dir: Some(args.state_dir.clone()),
+    }))
 }
 
 pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
@@ -81,7 +99,11 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let stats = Arc::new(Stats::default());
     let printer = (args.status_every > 0)
         .then(|| status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(args.status_every)));
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Progress::default().with_ready_bound(Some(args.ready_max_lag_seconds as f64)));
+    let admin = admin_config(&args)?;
+    if admin.is_some() && args.http_addr.is_some() {
+        telemetry::admin::restore_pause(&args.state_dir, &progress);
+    }
     let prober = telemetry::serve(
         rt,
         telemetry::Surface {
@@ -92,6 +114,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             progress: &progress,
             stop: &stop,
             probe_every_s: args.backlog_probe_every,
+            admin,
         },
     )?;
     let mut opts = stream::StreamOptions {
@@ -113,6 +136,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     };
     let opening = Instant::now();
     let store = stream::open_store(&opts)?;
+    opts.progress.store_opened();
     tracing::info!(took_ms = opening.elapsed().as_millis() as u64, "state store opened");
     let actions = actions::spawn(
         rt,

@@ -52,15 +52,53 @@ impl KafkaSettings {
         c
     }
 
+    /// Checks every property with librdkafka without creating a client. librdkafka's
+    /// messages quote the rejected value ("... not supported in this build ... <value>"), so
+    /// secret values are removed from the message.
+    pub fn validate(&self) -> Result<(), String> {
+        match self.client_config().create_native_config() {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.redact_text(&e.to_string())),
+        }
+    }
+
+    /// `text` with every secret value of these settings replaced.
+    pub fn redact_text(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (k, v) in &self.extra {
+            if is_secret(k) && !v.is_empty() {
+                out = out.replace(v.as_str(), "<redacted>");
+            }
+        }
+        out
+    }
+
     /// The settings as they may be logged: secrets replaced.
     pub fn redacted(&self) -> String {
         let mut parts = vec![format!("bootstrap.servers={}", self.bootstrap)];
         for (k, v) in &self.extra {
-            let secret = ["password", "secret", "key", "token", "jaas"].iter().any(|s| k.contains(s));
-            parts.push(format!("{k}={}", if secret { "<redacted>" } else { v }));
+            parts.push(format!("{k}={}", if is_secret(k) { "<redacted>" } else { v }));
         }
         parts.join(" ")
     }
+}
+
+/// Certificates (public) that may be shown; every other `*.pem` / `*_pem` carries a key.
+const PUBLIC_PEM: [&str; 2] = ["ssl.certificate.pem", "ssl.ca.pem"];
+
+/// Whether a librdkafka property's value must never be printed. Errs on the side of hiding:
+/// passwords (`sasl.password`, `ssl.key.password`, `ssl.keystore.password`), OAuth settings
+/// (`sasl.oauthbearer.config` holds `clientSecret=`, `sasl.oauthbearer.client.secret`,
+/// `sasl.oauthbearer.assertion.*`), key material (`ssl.key.pem`, `ssl_key`, keystores,
+/// `sasl.kerberos.keytab`), JAAS lines, tokens, and anything whose name merely suggests one.
+pub fn is_secret(key: &str) -> bool {
+    let k = key.trim().to_ascii_lowercase();
+    if PUBLIC_PEM.contains(&k.as_str()) {
+        return false;
+    }
+    const WORDS: [&str; 10] =
+        ["password", "secret", "key", "token", "jaas", "oauthbearer", "credential", "keytab", "keystore", "assertion"];
+    WORDS.iter().any(|w| k.contains(w)) || k.ends_with(".pem") || k.ends_with("_pem")
 }
 
 #[cfg(test)]
@@ -75,6 +113,48 @@ mod tests {
         let r = s.redacted();
         assert!(!r.contains("hunter2") && !r.contains("PEM"), "{r}");
         assert!(r.contains("acks=all"));
+    }
+
+    #[test]
+    fn every_secret_bearing_librdkafka_property_is_redacted() {
+        let secret = [
+            "sasl.password",
+            "sasl.oauthbearer.config",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.client.id",
+            "sasl.oauthbearer.assertion.private.key.passphrase",
+            "sasl.oauthbearer.assertion.private.key.pem",
+            "sasl.oauthbearer.assertion.private.key.file",
+            "sasl.oauthbearer.token.endpoint.url",
+            "sasl.kerberos.keytab",
+            "sasl.jaas.config",
+            "ssl.key.password",
+            "ssl.key.pem",
+            "ssl_key",
+            "ssl.keystore.password",
+            "ssl.keystore.location",
+            "SSL.Key.Password",
+            "https.client.private.key.pem",
+            "some.plugin.pem",
+        ];
+        let pairs: Vec<String> = secret.iter().enumerate().map(|(i, k)| format!("{k}=VALUE-{i:02}-X")).collect();
+        let r = KafkaSettings::new("b:9092").with_pairs(&pairs).expect("pairs").redacted();
+        for (i, k) in secret.iter().enumerate() {
+            assert!(!r.contains(&format!("VALUE-{i:02}-X")), "{k} leaked: {r}");
+        }
+        for public in ["ssl.certificate.pem", "ssl.ca.pem", "ssl.ca.location", "sasl.mechanism", "sasl.username"] {
+            assert!(!is_secret(public), "{public} is not a secret");
+        }
+    }
+
+    #[test]
+    fn a_rejected_secret_property_is_reported_without_its_value() {
+        let s = KafkaSettings::new("b:9092")
+            .with_pairs(&["ssl.key.password=hunter2".into(), "sasl.password.nonexistent=hunter3".into()])
+            .expect("pairs");
+        let err = s.validate().expect_err("unknown property");
+        assert!(!err.contains("hunter2") && !err.contains("hunter3"), "{err}");
+        assert!(KafkaSettings::new("b:9092").with_pairs(&["acks=all".into()]).expect("pairs").validate().is_ok());
     }
 
     #[test]

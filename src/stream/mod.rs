@@ -337,7 +337,8 @@ impl Runner {
         }
     }
 
-    /// Applies `POST /pause` and `POST /resume` to the consumer's current assignment.
+    /// Applies `POST /pause` and `POST /resume` (admin listener) to the consumer's current
+    /// assignment.
     fn apply_pause(&mut self, consumer: &Consumer_) {
         let want = self.opts.progress.paused.load(Ordering::Relaxed);
         if want == self.paused {
@@ -405,7 +406,10 @@ impl Runner {
                     }
                 }
                 AssignmentEvent::Assigned(ids) => {
+                    // Liveness allows a restore long silences, and start-up passes from here.
+                    self.opts.progress.restoring(true);
                     for id in ids {
+                        self.opts.progress.beat();
                         failpoint::hit("restore.mid");
                         let restoring = Instant::now();
                         let task = self.restore(consumer, id).with_context(|| format!("restoring {id}"))?;
@@ -425,6 +429,7 @@ impl Runner {
                         }
                         self.tasks.insert(id, task);
                     }
+                    self.opts.progress.restoring(false);
                     // A fresh assignment is unpaused; the loop re-applies a pause in force.
                     self.paused = false;
                 }

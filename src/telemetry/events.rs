@@ -1,6 +1,7 @@
 //! Typed metric events. Names follow Prometheus conventions and are listed in
 //! `helm/metric-names.txt`, which the chart's dashboard and alerts are checked against.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Histogram};
@@ -38,6 +39,9 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     gauge!("tidemark_outbox_pending").set(0.0);
     gauge!("tidemark_outbox_oldest_pending_age_seconds").set(0.0);
     counter!("tidemark_rebalances_total").absolute(0);
+    gauge!("tidemark_paused").set(0.0);
+    counter!("tidemark_dispatch_redeliveries_total").absolute(0);
+    counter!("tidemark_outbox_expired_total").absolute(0);
     Ok(handle)
 }
 
@@ -103,6 +107,7 @@ pub fn rebalanced() {
 /// Copies the engine's counters and the partitions' progress into the registry; called
 /// right before each scrape renders.
 pub fn publish(stats: &Stats, progress: &Progress) {
+    gauge!("tidemark_paused").set(if progress.paused.load(Ordering::Relaxed) { 1.0 } else { 0.0 });
     counter!("tidemark_records_total").absolute(Stats::get(&stats.records));
     counter!("tidemark_events_applied_total").absolute(Stats::get(&stats.events_applied));
     counter!("tidemark_dedup_hits_total").absolute(Stats::get(&stats.dedup_hits));

@@ -1,28 +1,24 @@
-//! The HTTP endpoint of a running processor.
+//! The HTTP endpoint of a running processor: metrics and probes, nothing that changes state
+//! (pause and resume are on the admin listener, [`super::admin`]).
 //!
 //! | route | answer |
 //! |---|---|
 //! | `GET /metrics` | Prometheus text format |
-//! | `GET /healthz` | 200 while the stream loop turns (at most 60 s between turns), else 503 |
-//! | `GET /readyz` | 200 once partitions are assigned, restored and their lag is known, else 503 with the reason |
-//! | `POST /pause`, `POST /resume` | stop / restart consuming (state, metrics and probes stay up) |
+//! | `GET /startupz` | 200 once the store is open and restore has begun, else 503 with the reason |
+//! | `GET /healthz` | 200 once started while the stream loop turns (60 s between turns, 15 min during a restore), else 503 |
+//! | `GET /readyz` | 200 once partitions are assigned and restored, their lag is known and their backlog age is within `--ready-max-lag-seconds`, else 503 with the reason |
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::{events, Progress};
 use crate::engine::Stats;
-
-/// Loop turns can be as far apart as a broker outage's flush wait; liveness only fails when
-/// the loop is truly wedged.
-const MAX_SILENCE_MS: i64 = 60_000;
 
 #[derive(Clone)]
 struct App {
@@ -39,10 +35,9 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics))
+        .route("/startupz", get(startupz))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/pause", post(pause))
-        .route("/resume", post(resume))
         .with_state(App { handle, stats, progress });
     axum::serve(listener, app).await
 }
@@ -57,28 +52,21 @@ async fn metrics(State(app): State<App>) -> String {
     app.handle.render()
 }
 
-async fn healthz(State(app): State<App>) -> (StatusCode, String) {
-    let silent = app.progress.since_heartbeat_ms();
-    if silent <= MAX_SILENCE_MS {
-        (StatusCode::OK, "ok\n".into())
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("stream loop silent for {silent} ms\n"))
-    }
-}
-
-async fn readyz(State(app): State<App>) -> (StatusCode, String) {
-    match app.progress.readiness() {
-        Ok(()) => (StatusCode::OK, "ready\n".into()),
+fn answer(result: Result<(), String>, ok: &str) -> (StatusCode, String) {
+    match result {
+        Ok(()) => (StatusCode::OK, format!("{ok}\n")),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
 }
 
-async fn pause(State(app): State<App>) -> &'static str {
-    app.progress.paused.store(true, Ordering::Relaxed);
-    "paused\n"
+async fn startupz(State(app): State<App>) -> (StatusCode, String) {
+    answer(app.progress.startup(), "started")
 }
 
-async fn resume(State(app): State<App>) -> &'static str {
-    app.progress.paused.store(false, Ordering::Relaxed);
-    "resumed\n"
+async fn healthz(State(app): State<App>) -> (StatusCode, String) {
+    answer(app.progress.liveness(), "ok")
+}
+
+async fn readyz(State(app): State<App>) -> (StatusCode, String) {
+    answer(app.progress.readiness(), "ready")
 }

@@ -1,5 +1,15 @@
 //! Per-partition progress shared by the stream thread (committed offsets), the consumer's
-//! statistics callback (high watermarks), the backlog prober (backlog age) and `/metrics`.
+//! statistics callback (high watermarks), the backlog prober (backlog age) and `/metrics`,
+//! and the start-up, liveness and readiness decisions the probes answer with.
+//!
+//! ```text
+//!  opening store ──store_opened()──▶ waiting for partitions ──restoring(true)──▶ started
+//!   (startup 503)                     (startup 503)                              (startup 200)
+//! ```
+//! Once started, liveness asks for a heartbeat within [`MAX_SILENCE_MS`], or within
+//! [`MAX_RESTORE_SILENCE_MS`] while partitions are being restored (the restore beats once
+//! per partition); readiness asks for assigned partitions with a known lag and, when a bound
+//! is set, a backlog age within it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -23,8 +33,22 @@ impl PartitionProgress {
     }
 }
 
+/// Loop turns can be as far apart as a broker outage's flush wait; liveness only fails when
+/// the loop is truly wedged.
+pub const MAX_SILENCE_MS: i64 = 60_000;
+/// One partition's restore reads its whole state from the store between two beats.
+pub const MAX_RESTORE_SILENCE_MS: i64 = 15 * 60_000;
+
 pub struct Progress {
     started: Instant,
+    /// The state store is open.
+    store_open: AtomicBool,
+    /// The first assignment arrived and its restore started.
+    restore_begun: AtomicBool,
+    /// A restore is in progress (liveness then allows longer silences).
+    restoring: AtomicBool,
+    /// Readiness bound on every partition's backlog age, seconds (`None`: no bound).
+    ready_max_backlog_s: Option<f64>,
     partitions: Mutex<BTreeMap<i32, PartitionProgress>>,
     /// Milliseconds since start at the stream loop's last turn (liveness).
     heartbeat_ms: AtomicI64,
@@ -36,6 +60,10 @@ impl Default for Progress {
     fn default() -> Self {
         Progress {
             started: Instant::now(),
+            store_open: AtomicBool::new(false),
+            restore_begun: AtomicBool::new(false),
+            restoring: AtomicBool::new(false),
+            ready_max_backlog_s: None,
             partitions: Mutex::default(),
             heartbeat_ms: AtomicI64::new(0),
             paused: AtomicBool::new(false),
@@ -44,6 +72,57 @@ impl Default for Progress {
 }
 
 impl Progress {
+    /// Readiness also asks for every partition's backlog age to be at most `seconds`.
+    pub fn with_ready_bound(mut self, seconds: Option<f64>) -> Self {
+        self.ready_max_backlog_s = seconds.filter(|s| *s > 0.0);
+        self
+    }
+
+    pub fn store_opened(&self) {
+        self.store_open.store(true, Ordering::Relaxed);
+    }
+
+    /// Called by the stream around the restore of an assignment; the first call marks the
+    /// start-up as done.
+    pub fn restoring(&self, on: bool) {
+        if on {
+            self.restore_begun.store(true, Ordering::Relaxed);
+        }
+        self.restoring.store(on, Ordering::Relaxed);
+        self.beat();
+    }
+
+    /// For a process with nothing to restore (micro-batch): started once the store is open.
+    pub fn nothing_to_restore(&self) {
+        self.restore_begun.store(true, Ordering::Relaxed);
+        self.beat();
+    }
+
+    /// Started: the store is open and restore has begun.
+    pub fn startup(&self) -> Result<(), String> {
+        if !self.store_open.load(Ordering::Relaxed) {
+            return Err("starting: the state store is not open yet".into());
+        }
+        if !self.restore_begun.load(Ordering::Relaxed) {
+            return Err("starting: waiting for the first partition assignment".into());
+        }
+        Ok(())
+    }
+
+    /// Alive: started, and the stream loop (or the restore) beat recently enough.
+    pub fn liveness(&self) -> Result<(), String> {
+        self.startup()?;
+        let silent = self.since_heartbeat_ms();
+        let restoring = self.restoring.load(Ordering::Relaxed);
+        let limit = if restoring { MAX_RESTORE_SILENCE_MS } else { MAX_SILENCE_MS };
+        if silent <= limit {
+            Ok(())
+        } else {
+            let what = if restoring { "restore" } else { "stream loop" };
+            Err(format!("{what} silent for {silent} ms (limit {limit} ms)"))
+        }
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut BTreeMap<i32, PartitionProgress>) -> R) -> R {
         match self.partitions.lock() {
             Ok(mut g) => f(&mut g),
@@ -98,18 +177,29 @@ impl Progress {
         now - self.heartbeat_ms.load(Ordering::Relaxed)
     }
 
-    /// Ready: partitions assigned and restored, and the lag of each is known.
+    /// Ready: started, partitions assigned and restored, the lag of each known, and (with
+    /// a bound) each caught up to within the bound's backlog age.
     pub fn readiness(&self) -> Result<(), String> {
+        self.startup()?;
         let parts = self.snapshot();
         if parts.is_empty() {
             return Err("no partitions assigned".into());
         }
         let unknown: Vec<i32> = parts.iter().filter(|(_, p)| p.high_watermark.is_none()).map(|(k, _)| *k).collect();
-        if unknown.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("lag not yet known for partitions {unknown:?}"))
+        if !unknown.is_empty() {
+            return Err(format!("lag not yet known for partitions {unknown:?}"));
         }
+        if let Some(bound) = self.ready_max_backlog_s {
+            let behind: Vec<String> = parts
+                .iter()
+                .filter(|(_, p)| p.backlog_age_s > bound)
+                .map(|(k, p)| format!("{k} ({:.0} s)", p.backlog_age_s))
+                .collect();
+            if !behind.is_empty() {
+                return Err(format!("not caught up: backlog age above {bound} s on partitions {}", behind.join(", ")));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -117,9 +207,32 @@ impl Progress {
 mod tests {
     use super::*;
 
+    fn started(p: Progress) -> Progress {
+        p.store_opened();
+        p.restoring(true);
+        p.restoring(false);
+        p
+    }
+
+    #[test]
+    fn startup_passes_once_the_store_is_open_and_restore_has_begun() {
+        let p = Progress::default();
+        assert!(p.startup().is_err());
+        assert!(p.liveness().is_err(), "liveness never passes before start-up");
+        p.store_opened();
+        assert!(p.startup().unwrap_err().contains("assignment"));
+        p.restoring(true);
+        assert_eq!(p.startup(), Ok(()));
+        assert_eq!(p.liveness(), Ok(()));
+    }
+
     #[test]
     fn readiness_waits_for_assignment_and_known_lag() {
         let p = Progress::default();
+        p.assigned(0, 5);
+        p.high_watermark(0, 9);
+        assert!(p.readiness().unwrap_err().contains("starting"));
+        let p = started(Progress::default());
         assert!(p.readiness().is_err());
         p.assigned(0, 5);
         assert!(p.readiness().is_err());
@@ -128,5 +241,24 @@ mod tests {
         assert_eq!(p.snapshot()[&0].lag(), Some(4));
         p.revoked(0);
         assert!(p.readiness().is_err());
+    }
+
+    #[test]
+    fn readiness_with_a_bound_means_caught_up_within_it() {
+        let p = started(Progress::default().with_ready_bound(Some(30.0)));
+        p.assigned(0, 5);
+        p.assigned(1, 5);
+        p.high_watermark(0, 9);
+        p.high_watermark(1, 9);
+        p.backlog_age(1, 31.0);
+        let why = p.readiness().unwrap_err();
+        assert!(why.contains("not caught up") && why.contains("1 (31 s)"), "{why}");
+        p.backlog_age(1, 29.5);
+        assert_eq!(p.readiness(), Ok(()));
+        let unbounded = started(Progress::default().with_ready_bound(Some(0.0)));
+        unbounded.assigned(0, 0);
+        unbounded.high_watermark(0, 1);
+        unbounded.backlog_age(0, 1e6);
+        assert_eq!(unbounded.readiness(), Ok(()), "a zero bound means no bound");
     }
 }
