@@ -95,7 +95,7 @@ impl Dispatcher {
             .tcp_nodelay(true)
             .user_agent(concat!("tidemark/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(DispatchError::Client)?;
+            .map_err(|e| tls.build_error(e))?;
         let signer = SignerSlot::new(signer);
         Ok(Dispatcher { client, endpoints, signer, retry, permits: Semaphore::new(max_in_flight), max_in_flight })
     }

@@ -173,27 +173,31 @@ fn io_kind(err: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind
 }
 
 /// The rustls error in the source chain, if any. `io::Error::source` skips the error it
-/// wraps, so each io::Error is looked into as well.
+/// wraps (and tokio-rustls's io::Error sits inside another), so io::Errors are unwrapped.
 fn tls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let mut current = Some(err);
     while let Some(e) = current {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(tls);
         }
-        if let Some(tls) = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
-            if let Some(tls) = tls.downcast_ref::<rustls::Error>() {
-                return Some(tls);
-            }
-        }
-        current = e.source();
+        current = match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
     }
     None
 }
 
 /// The rustls message, with a hint at the setting that usually fixes it.
 fn tls_detail(err: &rustls::Error) -> String {
-    use rustls::{AlertDescription as A, Error as E};
+    use rustls::{AlertDescription as A, CertificateError, Error as E};
     let hint = match err {
+        E::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }) => {
+            "the endpoint's certificate does not name the host of its URL"
+        }
+        E::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. }) => {
+            "the endpoint's certificate has expired"
+        }
         E::InvalidCertificate(_) => {
             "the endpoint's certificate is not trusted: check endpoints.trust and endpoints.ca_file"
         }
@@ -206,7 +210,7 @@ fn tls_detail(err: &rustls::Error) -> String {
 }
 
 /// "outer: inner: innermost", for logs.
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
     let mut current = err.source();
     while let Some(e) = current {

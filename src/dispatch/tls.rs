@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use reqwest::{Certificate, ClientBuilder, Identity};
 
+use super::error::chain;
+use super::DispatchError;
+
 /// The built-in roots that verify an endpoint's certificate; [`TlsConfig::ca_file`] adds
 /// to any of them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,6 +67,25 @@ impl TlsConfig {
             (None, None) => {}
         }
         builder
+    }
+}
+
+impl TlsConfig {
+    /// A client that does not build with these settings: rustls checks the client key only
+    /// then, so the error names the configured files.
+    pub(crate) fn build_error(&self, err: reqwest::Error) -> DispatchError {
+        let files: Vec<String> = [
+            ("ca_file", &self.ca_file),
+            ("client_cert_file", &self.client_cert_file),
+            ("client_key_file", &self.client_key_file),
+        ]
+        .into_iter()
+        .filter_map(|(key, path)| path.as_ref().map(|p| format!("{key} {}", p.display())))
+        .collect();
+        if files.is_empty() {
+            return DispatchError::Client(err);
+        }
+        DispatchError::Config { problems: vec![format!("TLS with {}: {}", files.join(", "), chain(&err))] }
     }
 }
 
