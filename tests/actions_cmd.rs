@@ -168,7 +168,7 @@ fn a_dead_lettered_action_is_re_sent_once_with_its_key_and_payload_and_the_resen
     assert_eq!(resends[0]["key"], KEY);
     assert_eq!(resends[0]["status"], 422);
     assert_eq!(resends[0]["reason"], "was failed with 422: endpoint fixed");
-    let order_of = |pred: &dyn Fn(&serde_json::Value) -> bool| records.iter().position(|r| pred(r)).expect("audited");
+    let order_of = |pred: &dyn Fn(&serde_json::Value) -> bool| records.iter().position(pred).expect("audited");
     assert!(
         order_of(&|r| r["event"] == "resend") < order_of(&|r| r["reason"] == "delivered"),
         "the re-send is audited before its delivery"

@@ -82,9 +82,24 @@ fn event_time(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
+/// Opens the store read-only. A compaction of the running processor can delete a file
+/// between the open's read of the manifest and of that file; a new open sees the new files.
+fn open_beside_writer(dir: &Path) -> Result<Store, StateError> {
+    let mut tries = 0;
+    loop {
+        match Store::open_read_only(dir) {
+            Err(StateError::Rocks { .. }) if tries < 3 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
 pub fn list(args: ActionsListArgs) -> anyhow::Result<()> {
     no_store(&args.state_dir)?;
-    let store = Store::open_read_only(&args.state_dir)?;
+    let store = open_beside_writer(&args.state_dir)?;
     let mut shown: Vec<(PartitionId, OutboxRow)> = rows(&store)?
         .into_iter()
         .filter(|(_, r)| wanted(args.state, &r.state))
