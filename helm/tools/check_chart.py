@@ -9,7 +9,10 @@
       secrets in them), the PodDisruptionBudget and the optional monitoring resources; the
       optional micro-batch StatefulSet (its own volume, command line, probes, scraped, never
       selected by the stream's Services/PDB) and finance close CronJob (--business-day
-      yesterday, concurrencyPolicy Forbid, a schedule after the cutoff).
+      yesterday, concurrencyPolicy Forbid, a schedule after the cutoff); the admin listener
+      (loopback unless exposed with a token Secret, never on the metrics Service), the probes
+      (/startupz, the readiness bound), Secret checksum annotations, extra volumes, the
+      optional NetworkPolicy and the `helm test` Pod.
 
   check_chart.py flags RENDERED.yaml TIDEMARK
       Every --flag the rendered containers pass to tidemark is listed by
@@ -170,6 +173,92 @@ def rendered(path, values_files):
         check(not all(hl.get(k) == v for k, v in sel.items()), "ServiceMonitor does not also select the headless Service")
 
     workloads(values, by_kind, sts, topo, vols, mounts)
+    operations(values, by_kind, sts, metrics[0] if metrics else None)
+
+
+def operations(values, by_kind, sts, metrics_svc):
+    """Admin listener, probes, Secret checksums, extra volumes, NetworkPolicy, helm test."""
+    tmpl = sts["spec"]["template"]
+    pod = tmpl["spec"]
+    c = pod["containers"][0]
+    args = c.get("args", [])
+    arg = lambda flag: args[args.index(flag) + 1] if flag in args else None
+    admin = values["admin"]
+    expose = admin["expose"]
+    token_secret = admin["token"]["existingSecret"]
+    host = "0.0.0.0" if expose else "127.0.0.1"
+    check(arg("--admin-addr") == f"{host}:{admin['port']}", f"--admin-addr {host}:{admin['port']} (got {arg('--admin-addr')})")
+    check(not expose or token_secret, "an exposed admin listener has a token Secret")
+    check((arg("--admin-token-file") == "/etc/tidemark/admin/token") == bool(token_secret),
+          "--admin-token-file /etc/tidemark/admin/token exactly when admin.token.existingSecret is set")
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    if token_secret:
+        tv = vols.get(mounts.get("/etc/tidemark/admin", ""), {})
+        check(tv.get("secret", {}).get("secretName") == token_secret, "admin token Secret mounted at /etc/tidemark/admin")
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    check(("admin" in ports) == expose and (not expose or ports["admin"] == admin["port"]),
+          "container port admin exactly when admin.expose")
+    if metrics_svc:
+        check(all(p.get("targetPort") != "admin" and p.get("port") != admin["port"] for p in metrics_svc["spec"]["ports"]),
+              "the metrics Service never exposes the admin port")
+    check(arg("--ready-max-lag-seconds") == str(values["probes"]["readiness"]["maxLagSeconds"]),
+          "--ready-max-lag-seconds from probes.readiness.maxLagSeconds")
+    if values["probes"]["startup"]["enabled"]:
+        check(c.get("startupProbe", {}).get("httpGet", {}).get("path") == "/startupz", "startupProbe GET /startupz")
+    else:
+        check("startupProbe" not in c, "no startupProbe when disabled")
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        check("maxLagSeconds" not in c.get(probe, {}), f"{probe} carries no chart-only keys")
+
+    annotations = tmpl["metadata"].get("annotations", {})
+    kafka_secret = values["kafka"]["clientConfig"]["existingSecret"]
+    check(("checksum/secret-kafka-client" in annotations) == bool(kafka_secret),
+          "checksum/secret-kafka-client annotation exactly when the Kafka client Secret is referenced")
+    for v in values.get("extraVolumes", []):
+        if v.get("secret") or v.get("configMap"):
+            check(f"checksum/volume-{v['name']}" in annotations, f"checksum/volume-{v['name']} annotation (extraVolumes)")
+    # Re-read while running: a rotation must not restart the pods.
+    check(not any(k in annotations for k in ("checksum/secret-webhook-signing-key", "checksum/secret-admin-token")),
+          "no checksum on the live-reloaded webhook key and admin token")
+    check("checksum/topology" in annotations, "checksum/topology annotation")
+
+    workload_containers = [(sts["metadata"]["name"], c)]
+    for d in by_kind.get("StatefulSet", []) + by_kind.get("CronJob", []):
+        spec = d["spec"]["jobTemplate"]["spec"] if d["kind"] == "CronJob" else d["spec"]
+        if d is not sts:
+            workload_containers += [(d["metadata"]["name"], x) for x in spec["template"]["spec"]["containers"]]
+    for want in values.get("extraVolumeMounts", []):
+        for name, x in workload_containers:
+            check(any(m["name"] == want["name"] and m["mountPath"] == want["mountPath"] for m in x.get("volumeMounts", [])),
+                  f"{name}: extraVolumeMount {want['mountPath']}")
+    for want in values.get("extraVolumes", []):
+        check(want["name"] in vols, f"extraVolume {want['name']} in the stream's pod")
+
+    nps = by_kind.get("NetworkPolicy", [])
+    np_values = values["networkPolicy"]
+    if np_values["enabled"]:
+        check(len(nps) == 1, "one NetworkPolicy when enabled")
+        if nps:
+            spec = nps[0]["spec"]
+            check(matches(spec["podSelector"]["matchLabels"], tmpl["metadata"]["labels"]), "NetworkPolicy selects the stream's pods")
+            check(spec.get("policyTypes") == ["Ingress"], "NetworkPolicy restricts ingress only")
+            rules = spec.get("ingress", [])
+            by_port = {r["ports"][0]["port"]: r for r in rules}
+            check("http" in by_port, "NetworkPolicy admits the HTTP port")
+            check(len(rules) == 1 + bool(expose and np_values["adminFrom"]), "NetworkPolicy opens no other port")
+            if "admin" in by_port:
+                check(by_port["admin"].get("from"), "the admin port is open to adminFrom only")
+    else:
+        check(not nps, "no NetworkPolicy when disabled")
+
+    tests = [d for d in by_kind.get("Pod", []) if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    check(len(tests) == 1, "one helm test hook Pod")
+    for t in tests:
+        script = " ".join(" ".join(x.get("command", []) + x.get("args", [])) for x in t["spec"]["containers"])
+        check("/readyz" in script and "/metrics" in script, "the helm test checks /readyz and /metrics")
+        check(t["spec"].get("restartPolicy") == "Never", "the helm test Pod never restarts")
+        check(t["spec"]["containers"][0].get("securityContext", {}).get("runAsNonRoot") is True, "the helm test runs as non-root")
 
 
 def matches(selector, labels):

@@ -116,6 +116,28 @@ checksum/topology: {{ include (print $.Template.BasePath "/configmap-topology.ya
 {{- end }}
 
 {{/*
+Pod template annotations: roll the pods when a Secret or ConfigMap they read only at start
+changes: the Kafka client Secret (librdkafka reads its files once) and every Secret or
+ConfigMap of extraVolumes (e.g. a webhook CA bundle). Not the webhook signing key or the
+admin token: tidemark re-reads those while running, so rotating them needs no restart. The
+data is read from the cluster at install/upgrade (lookup); `helm template` has no cluster and
+hashes nothing, which is stable.
+*/}}
+{{- define "tidemark.secretChecksums" -}}
+{{- $ns := .Release.Namespace }}
+{{- with .Values.kafka.clientConfig.existingSecret }}
+checksum/secret-kafka-client: {{ (lookup "v1" "Secret" $ns .).data | toJson | sha256sum }}
+{{- end }}
+{{- range .Values.extraVolumes }}
+{{- if and .secret .secret.secretName }}
+checksum/volume-{{ .name }}: {{ (lookup "v1" "Secret" $ns .secret.secretName).data | toJson | sha256sum }}
+{{- else if and .configMap .configMap.name }}
+checksum/volume-{{ .name }}: {{ (lookup "v1" "ConfigMap" $ns .configMap.name).data | toJson | sha256sum }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 Pod spec fields shared by every tidemark pod: ServiceAccount, pull secrets, priority, pod
 security context.
 */}}
@@ -194,6 +216,9 @@ Kafka client Secret (all read-only but /tmp).
   mountPath: /etc/tidemark/kafka
   readOnly: true
 {{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -221,6 +246,9 @@ The volumes behind tidemark.commonVolumeMounts.
       - key: {{ . }}
         path: {{ . }}
       {{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
 {{- end }}
 {{- end }}
 
