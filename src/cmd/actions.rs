@@ -110,23 +110,7 @@ pub fn list(args: ActionsListArgs) -> anyhow::Result<()> {
     match args.format {
         ListFormat::Json => {
             for (p, r) in &shown {
-                let payload = serde_json::from_slice::<serde_json::Value>(&r.payload)
-                    .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&r.payload).into_owned()));
-                let line = serde_json::json!({
-                    "key": r.key,
-                    "partition": p.partition,
-                    "rule_id": r.rule_id,
-                    "rule_version": r.rule_version,
-                    "mode": r.mode,
-                    "action": r.action,
-                    "sku": r.sku,
-                    "state": state_name(&r.state),
-                    "status": status(&r.state),
-                    "attempts": r.attempts,
-                    "created_at": event_time(r.created_at_ms),
-                    "payload": payload,
-                });
-                println!("{line}");
+                println!("{}", json_line(*p, r));
             }
         }
         ListFormat::Table => print!("{}", table(&shown)),
@@ -142,6 +126,37 @@ pub fn list(args: ActionsListArgs) -> anyhow::Result<()> {
         if counts.is_empty() { String::new() } else { format!(": {}", counts.join(", ")) }
     );
     Ok(())
+}
+
+/// One row as a JSON object. The payload is spliced in as stored, byte for byte, when it is
+/// one line of JSON (it always is when tidemark wrote it); otherwise it is given as a string.
+fn json_line(p: PartitionId, r: &OutboxRow) -> String {
+    let fields = serde_json::json!({
+        "key": r.key,
+        "partition": p.partition,
+        "rule_id": r.rule_id,
+        "rule_version": r.rule_version,
+        "mode": r.mode,
+        "action": r.action,
+        "sku": r.sku,
+        "state": state_name(&r.state),
+        "status": status(&r.state),
+        "attempts": r.attempts,
+        "created_at": event_time(r.created_at_ms),
+    });
+    let mut line = fields.to_string();
+    line.pop();
+    let raw = std::str::from_utf8(&r.payload)
+        .ok()
+        .filter(|s| !s.contains('\n') && serde_json::from_str::<serde_json::Value>(s).is_ok());
+    let payload = match raw {
+        Some(raw) => raw.to_string(),
+        None => serde_json::Value::String(String::from_utf8_lossy(&r.payload).into_owned()).to_string(),
+    };
+    line.push_str(",\"payload\":");
+    line.push_str(&payload);
+    line.push('}');
+    line
 }
 
 fn table(rows: &[(PartitionId, OutboxRow)]) -> String {
@@ -342,6 +357,19 @@ mod tests {
 
     fn keys(rows: &[(PartitionId, OutboxRow)]) -> Vec<&str> {
         rows.iter().map(|(_, r)| r.key.as_str()).collect()
+    }
+
+    #[test]
+    fn the_json_listing_carries_the_payload_byte_for_byte() {
+        let (p, mut r) = row("k", RowState::Failed { status: 422 });
+        r.payload = br#"{"z":1,"a":[2, 3]}"#.to_vec();
+        let line = json_line(p, &r);
+        assert!(line.ends_with(r#","payload":{"z":1,"a":[2, 3]}}"#), "{line}");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("one JSON object");
+        assert_eq!(v["status"], 422);
+        r.payload = b"not json".to_vec();
+        let v: serde_json::Value = serde_json::from_str(&json_line(p, &r)).expect("one JSON object");
+        assert_eq!(v["payload"], "not json");
     }
 
     #[test]
