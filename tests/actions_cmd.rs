@@ -120,6 +120,9 @@ fn a_dead_lettered_action_is_re_sent_once_with_its_key_and_payload_and_the_resen
         text(&table)
     );
 
+    let stranger = resend(&t, state, "another-group", &["--key", KEY]);
+    assert!(!stranger.status.success() && text(&stranger).contains("belongs to"), "{}", text(&stranger));
+
     // 2. While a processor holds the state, a re-send is refused and the listing still works.
     let log = dir.path().with_extension("log");
     let mut running = run_command(&t, state, &group)

@@ -270,6 +270,10 @@ pub fn resend(args: ActionsResendArgs, rt: &tokio::runtime::Runtime) -> anyhow::
                 args.state_dir.display()
             )
         }
+        Err(StateError::Owner { path, found, expected }) => anyhow::bail!(
+            "{path} belongs to `{found}` (topology name/consumer group), not `{expected}`: pass the \
+             --topology and --group of the processor that owns it"
+        ),
         Err(e) => return Err(e.into()),
     };
     let all = rows(&store)?;
