@@ -44,6 +44,9 @@ impl TlsConfig {
             Trust::None => (false, false),
         };
         builder = builder.tls_built_in_webpki_certs(webpki).tls_built_in_native_certs(system);
+        if system {
+            system_store_check(self.trust == Trust::System && self.ca_file.is_none(), problems);
+        }
         if self.trust == Trust::None && self.ca_file.is_none() {
             problems.push("trust `none` needs a CA file".into());
         }
@@ -68,9 +71,7 @@ impl TlsConfig {
         }
         builder
     }
-}
 
-impl TlsConfig {
     /// A client that does not build with these settings: rustls checks the client key only
     /// then, so the error names the configured files.
     pub(crate) fn build_error(&self, err: reqwest::Error) -> DispatchError {
@@ -86,6 +87,26 @@ impl TlsConfig {
             return DispatchError::Client(err);
         }
         DispatchError::Config { problems: vec![format!("TLS with {}: {}", files.join(", "), chain(&err))] }
+    }
+}
+
+/// An image without ca-certificates has an empty system store, which would fail every
+/// https endpoint as untrusted: refused at start when nothing else is trusted (`system`
+/// without a CA file), a warning otherwise.
+fn system_store_check(only_source: bool, problems: &mut Vec<String>) {
+    let found = rustls_native_certs::load_native_certs();
+    if !found.certs.is_empty() {
+        return;
+    }
+    let why: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+    let why = if why.is_empty() { "no certificate found".to_string() } else { why.join("; ") };
+    if only_source {
+        problems.push(format!(
+            "trust `system`: the system trust store is empty ({why}); install ca-certificates, or use trust \
+             `webpki` or a ca_file"
+        ));
+    } else {
+        tracing::warn!(reason = %why, "the system trust store is empty: trusting only the other roots configured");
     }
 }
 
