@@ -65,24 +65,38 @@ fn dashboard_stores(t: &Topo) -> Vec<String> {
         .collect()
 }
 
-/// Runs `tidemark run --exit-at-end` with `extra` flags; returns (success, stderr). A run
-/// that does not end within two minutes is killed and fails the test.
+/// Runs `tidemark run --exit-at-end` with `extra` flags; returns (success, stderr). Stderr
+/// is read while the process runs (a full pipe would block it). A run that does not end
+/// within two minutes is killed and fails the test with its last log lines.
 fn run_once(t: &Topo, state: &std::path::Path, group: &str, extra: &[&str]) -> (bool, String) {
+    use std::io::Read;
     let mut child =
         run_command(t, state, group).arg("--exit-at-end").args(extra).stdout(Stdio::null()).spawn().expect("spawn");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = stderr.read_to_string(&mut err);
+        err
+    });
     let started = Instant::now();
-    loop {
+    let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
-            let mut err = String::new();
-            use std::io::Read;
-            child.stderr.take().map(|mut s| s.read_to_string(&mut err));
-            return (status.success(), err);
+            break Some(status);
         }
         if started.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
-            panic!("tidemark run --exit-at-end did not end within 120 s");
+            let _ = child.wait();
+            break None;
         }
         std::thread::sleep(Duration::from_millis(100));
+    };
+    let err = reader.join().unwrap_or_default();
+    match status {
+        Some(status) => (status.success(), err),
+        None => {
+            let tail: Vec<&str> = err.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+            panic!("tidemark run --exit-at-end did not end within 120 s; last lines:\n{}", tail.join("\n"))
+        }
     }
 }
 
@@ -255,6 +269,7 @@ fn records_deleted_before_they_were_processed_stop_the_partition_unless_gaps_are
     let (ok, err) = run_once(&t, state.path(), &group, &["--accept-gaps"]);
     assert!(ok, "{err}");
     assert!(err.contains("records deleted before they were processed") && err.contains("lost=6"), "{err}");
+    assert!(err.contains("fetching restarted at every task's next offset"), "{err}");
     assert_eq!(processed(&err), 4, "the records left after the gap are processed:\n{err}");
 }
 

@@ -466,11 +466,9 @@ impl Runner {
         if let Some(skipped) = verdict {
             task.skip_to(low);
             gap::record_skip(id, topic, next, low, skipped);
-            if let Err(e) = consumer.seek(topic, id.partition, Offset::Offset(low), Duration::from_secs(10)) {
-                // Not yet fetching (just assigned): the assignment's start offset is below
-                // the log start, which the consumer reports as an error; this runs again then.
-                tracing::debug!(partition = %id, error = %e, "seek after an accepted gap deferred");
-            }
+            // No seek here: the consumer's fetch at the old offset fails with an offset-reset
+            // error, and `check_gaps` then restarts every task at its next offset (one path
+            // for gaps found at assignment and gaps opened while running).
         }
         Ok(())
     }
@@ -479,19 +477,21 @@ impl Runner {
     /// against its log start and end (see [`Runner::check_log_start`]).
     fn check_gaps(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
         let ids: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        let mut tpl = TopicPartitionList::new();
         for id in ids {
             let Some(mut task) = self.tasks.remove(&id) else { continue };
             let result = self.check_log_start(consumer, id, &mut task);
             let next = task.next_offset();
             self.tasks.insert(id, task);
             result?;
-            // The partition that failed stopped fetching, and the event does not say which
-            // it was: restart each at its next offset (a no-op for the others, whose
-            // prefetched records are simply fetched again).
-            let topic = self.topic_of(id).to_string();
-            if let Err(e) = consumer.seek(&topic, id.partition, Offset::Offset(next), Duration::from_secs(10)) {
-                warn!(partition = %id, error = %e, "cannot restart fetching at the checkpoint");
-            }
+            let _ = tpl.add_partition_offset(self.topic_of(id), id.partition, Offset::Offset(next));
+        }
+        // The partition that failed stopped fetching ("erroneous state": a seek is refused),
+        // and the event does not say which it was: assign every task again at its next
+        // offset (records ingested but not committed are past it, so nothing is read twice).
+        match consumer.assign(&tpl) {
+            Ok(()) => info!(partitions = tpl.count(), "fetching restarted at every task's next offset"),
+            Err(e) => warn!(error = %e, "cannot restart fetching at the checkpoints"),
         }
         Ok(())
     }
