@@ -262,6 +262,18 @@ async fn an_endpoint_with_a_private_ca_is_reached_with_the_ca_file_and_refused_c
 }
 
 #[tokio::test]
+async fn tls_failures_are_logged_as_errors_at_a_bounded_rate_and_every_attempt_still_fails() {
+    let pki = Pki::new("tidemark test CA");
+    let server = TlsServer::start(&pki.leaf("server", &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth), None).await;
+    let dispatcher = dispatcher(&server, &TlsConfig::default());
+    let (first, logs) = attempt_logged(&dispatcher).await;
+    let (second, later) = attempt_logged(&dispatcher).await;
+    assert!(is_tls_retry(&first) && is_tls_retry(&second));
+    assert!(logs.contains("ERROR") && logs.contains("suppressed=0"), "{logs}");
+    assert!(!later.contains("ERROR"), "a second failure within 10 s is not another error line: {later}");
+}
+
+#[tokio::test]
 async fn a_certificate_for_another_name_is_a_tls_failure_even_from_a_trusted_ca() {
     let pki = Pki::new("tidemark test CA");
     let server =

@@ -2,6 +2,8 @@
 //! at a time.
 
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
@@ -16,6 +18,9 @@ const SNIPPET_BYTES: usize = 512;
 /// Bytes of a response read to keep its connection reusable; a longer body costs a new
 /// connection rather than an unbounded read.
 const DRAIN_BYTES: usize = 64 * 1024;
+/// At most one TLS-failure error line per this span: every pending action fails the same
+/// way, and each attempt is audited anyway.
+const TLS_LOG_EVERY: Duration = Duration::from_secs(10);
 
 pub struct Dispatcher {
     client: reqwest::Client,
@@ -24,6 +29,8 @@ pub struct Dispatcher {
     retry: RetryPolicy,
     permits: Semaphore,
     max_in_flight: usize,
+    /// When a TLS failure was last logged as an error, and how many were not since.
+    tls_logged: Mutex<(Option<Instant>, u64)>,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -97,7 +104,15 @@ impl Dispatcher {
             .build()
             .map_err(|e| tls.build_error(e))?;
         let signer = SignerSlot::new(signer);
-        Ok(Dispatcher { client, endpoints, signer, retry, permits: Semaphore::new(max_in_flight), max_in_flight })
+        Ok(Dispatcher {
+            client,
+            endpoints,
+            signer,
+            retry,
+            permits: Semaphore::new(max_in_flight),
+            max_in_flight,
+            tls_logged: Mutex::new((None, 0)),
+        })
     }
 
     pub fn endpoints(&self) -> &Endpoints {
@@ -128,10 +143,16 @@ impl Dispatcher {
         match &outcome {
             Outcome::Delivered { .. } => tracing::debug!(%key, %target, attempt, status, "action delivered"),
             Outcome::Conflict => tracing::debug!(%key, %target, attempt, status, "action already done"),
-            // A TLS failure will not cure itself: say so on every attempt, with the fix.
+            // A TLS failure will not cure itself: say so loudly, with the fix, at a bounded rate.
             Outcome::Retry { reason, after } if tls => {
                 let host = self.endpoints.url(target).and_then(|u| u.host_str()).unwrap_or_default();
-                tracing::error!(%key, %target, host, attempt, reason, ?after, error, "TLS failure: action stays pending")
+                match self.tls_log_due() {
+                    Some(suppressed) => tracing::error!(
+                        %key, %target, host, attempt, reason, ?after, error, suppressed,
+                        "TLS failure: action stays pending"
+                    ),
+                    None => tracing::debug!(%key, %target, host, attempt, reason, ?after, error, "TLS failure"),
+                }
             }
             Outcome::Retry { reason, after } => {
                 tracing::debug!(%key, %target, attempt, status, reason, ?after, error, "action will be retried")
@@ -141,6 +162,19 @@ impl Dispatcher {
             }
         }
         outcome
+    }
+
+    /// `Some(failures not logged since the last error line)` when a TLS failure should be
+    /// logged as an error now.
+    fn tls_log_due(&self) -> Option<u64> {
+        let mut logged = self.tls_logged.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, suppressed) = &mut *logged;
+        if last.is_some_and(|at| at.elapsed() < TLS_LOG_EVERY) {
+            *suppressed += 1;
+            return None;
+        }
+        *last = Some(Instant::now());
+        Some(std::mem::take(suppressed))
     }
 
     /// Sends the request; `Ok` carries a status that settles the delivery (2xx or 409).

@@ -40,8 +40,8 @@ pub enum DispatchError {
     /// The TLS handshake failed: the endpoint's certificate is not trusted (unknown CA,
     /// wrong name, expired) or it refused ours (mTLS). A configuration problem on one side
     /// or the other, not a fault of the action: retriable, so the row stays in the outbox
-    /// until the trust roots or certificates are fixed, and logged as an error on every
-    /// attempt so it is never a silent retry loop.
+    /// until the trust roots or certificates are fixed, and logged as an error (at a bounded
+    /// rate) so it is never a silent retry loop.
     #[error("TLS: {0}")]
     Tls(String),
     /// The connection was reset or closed before a complete response. Retriable: the
