@@ -4,7 +4,7 @@
 //! Module map:
 //! - [`actions`]: sees committed outbox rows to a final state: dispatch, retry, audit.
 //! - [`cli`]: every command and flag (clap).
-//! - [`cmd`]: one module per command (`run`, `demo`, `gen`, `query`, `batch`).
+//! - [`cmd`]: one module per command (`run`, `demo`, `gen`, `query`, `batch`, `microbatch`, `shadow`, `actions`).
 //! - [`engine`]: per-partition tasks: normalise, dedup, window, aggregate; no Kafka inside.
 //! - [`stream`]: the stream thread: poll, ingest, commit (outputs, then state + offsets).
 //! - [`dispatch`]: the idempotent, signed HTTP dispatcher of actions (one classified POST per call).
