@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use metrics::{counter, gauge, histogram};
 use serde::{Deserialize, Serialize};
-use tidemark_state::{codec, Store, StoreOptions};
+use tidemark_state::{codec, PartitionId, Store, StoreOptions};
 use tidemark_topology::config::{self, Topology};
 use tidemark_topology::dashboard::rfc3339_ms;
 
@@ -128,7 +128,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         telemetry::Surface {
             addr: args.http_addr,
             settings: &settings,
-            topic: &topology.orders.topic,
+            topics: vec![(PartitionId::ORDERS, topology.orders.topic.clone())],
             stats: &stats,
             progress: &progress,
             stop: &stop,
@@ -167,8 +167,8 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
             }
         };
         for r in &slice.ranges {
-            progress.assigned(r.partition, r.from);
-            progress.high_watermark(r.partition, r.to);
+            progress.assigned(PartitionId::orders(r.partition), r.from);
+            progress.high_watermark(PartitionId::orders(r.partition), r.to);
         }
         progress.beat();
         failpoint::hit("microbatch.after_plan");
@@ -187,7 +187,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         })?;
         failpoint::hit("microbatch.after_commit");
         for r in &slice.ranges {
-            progress.committed(r.partition, r.to);
+            progress.committed(PartitionId::orders(r.partition), r.to);
         }
         progress.beat();
         log = done;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use tidemark_state::PartitionId;
 use tidemark_topology::config;
 use tracing::info;
 
@@ -109,7 +110,11 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         telemetry::Surface {
             addr: args.http_addr,
             settings: &settings,
-            topic: &topology.orders.topic,
+            topics: vec![
+                (PartitionId::ORDERS, topology.orders.topic.clone()),
+                (PartitionId::INVENTORY, topology.inventory.topic.clone()),
+                (PartitionId::SKU_REPARTITION, topology.sku_repartition.topic.clone()),
+            ],
             stats: &stats,
             progress: &progress,
             stop: &stop,

@@ -395,9 +395,7 @@ impl Runner {
                     for id in ids {
                         self.tasks.remove(&id);
                         self.last_marks.remove(&id);
-                        if id.source == ORDERS {
-                            self.opts.progress.revoked(id.partition);
-                        }
+                        self.opts.progress.revoked(id);
                         if id.source == SKU_REPARTITION {
                             if let Ok(mut o) = self.opts.sku_owned.lock() {
                                 o.remove(&id.partition);
@@ -419,9 +417,7 @@ impl Runner {
                             took_ms = restoring.elapsed().as_millis() as u64,
                             "restored"
                         );
-                        if id.source == ORDERS {
-                            self.opts.progress.assigned(id.partition, task.next_offset());
-                        }
+                        self.opts.progress.assigned(id, task.next_offset());
                         if id.source == SKU_REPARTITION {
                             if let Ok(mut o) = self.opts.sku_owned.lock() {
                                 o.insert(id.partition);
@@ -609,11 +605,9 @@ impl Runner {
             if let Some(h) = horizon {
                 self.store.set_dedup_horizon(id, h);
             }
+            self.opts.progress.committed(id, next);
             let topic = match id.source {
-                ORDERS => {
-                    self.opts.progress.committed(id.partition, next);
-                    &self.opts.topology.orders.topic
-                }
+                ORDERS => &self.opts.topology.orders.topic,
                 INVENTORY => &self.opts.topology.inventory.topic,
                 _ => &self.opts.topology.sku_repartition.topic,
             };

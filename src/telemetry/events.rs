@@ -117,11 +117,12 @@ pub fn publish(stats: &Stats, progress: &Progress) {
     for (reason, n) in RejectReason::ALL.iter().zip(stats.dead_letters_by_reason.iter()) {
         counter!("tidemark_dead_letters_total", "reason" => reason.as_str()).absolute(Stats::get(n));
     }
-    for (partition, p) in progress.snapshot() {
-        let label = partition.to_string();
-        gauge!("tidemark_backlog_age_seconds", "partition" => label.clone()).set(p.backlog_age_s);
+    for (id, p) in progress.snapshot() {
+        let (source, partition) = (id.role(), id.partition.to_string());
+        gauge!("tidemark_backlog_age_seconds", "source" => source, "partition" => partition.clone())
+            .set(p.backlog_age_s);
         if let Some(lag) = p.lag() {
-            gauge!("tidemark_consumer_lag_records", "partition" => label).set(lag as f64);
+            gauge!("tidemark_consumer_lag_records", "source" => source, "partition" => partition).set(lag as f64);
         }
     }
 }

@@ -25,13 +25,14 @@ use anyhow::Context as _;
 use crate::engine::Stats;
 use crate::kafka::KafkaSettings;
 
-/// What `--http-addr` starts: the metrics recorder, the HTTP endpoint on `rt`, and the
-/// backlog prober of `topic` (its thread ends when `stop` is set).
+/// What `--http-addr` starts: the metrics recorder, the HTTP endpoint on `rt`, the admin
+/// listener, and the backlog prober of `topics` (its thread ends when `stop` is set).
 pub struct Surface<'a> {
     /// `--http-addr`; `None` serves nothing.
     pub addr: Option<SocketAddr>,
     pub settings: &'a KafkaSettings,
-    pub topic: &'a str,
+    /// The topic of each source (`PartitionId::source`) whose partitions the progress tracks.
+    pub topics: Vec<(u16, String)>,
     pub stats: &'a Arc<Stats>,
     pub progress: &'a Arc<Progress>,
     pub stop: &'a Arc<AtomicBool>,
@@ -66,5 +67,5 @@ pub fn serve(rt: &tokio::runtime::Runtime, s: Surface<'_>) -> anyhow::Result<Opt
         rt.spawn(admin::serve(listener, cfg, token, Arc::clone(s.progress)));
     }
     let every = Duration::from_secs(s.probe_every_s.max(1));
-    backlog::spawn(s.settings, s.topic.to_string(), Arc::clone(s.progress), Arc::clone(s.stop), every).map(Some)
+    backlog::spawn(s.settings, s.topics, Arc::clone(s.progress), Arc::clone(s.stop), every).map(Some)
 }

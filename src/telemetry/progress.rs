@@ -1,5 +1,6 @@
-//! Per-partition progress shared by the stream thread (committed offsets), the consumer's
-//! statistics callback (high watermarks), the backlog prober (backlog age) and `/metrics`,
+//! Per-partition progress of every source (orders, inventory, the SKU repartition topic)
+//! shared by the stream thread (committed offsets), the backlog prober (log end offsets and
+//! backlog age) and `/metrics`,
 //! and the start-up, liveness and readiness decisions the probes answer with.
 //!
 //! ```text
@@ -15,6 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+
+use tidemark_state::PartitionId;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PartitionProgress {
@@ -49,7 +52,7 @@ pub struct Progress {
     restoring: AtomicBool,
     /// Readiness bound on every partition's backlog age, seconds (`None`: no bound).
     ready_max_backlog_s: Option<f64>,
-    partitions: Mutex<BTreeMap<i32, PartitionProgress>>,
+    partitions: Mutex<BTreeMap<PartitionId, PartitionProgress>>,
     /// Milliseconds since start at the stream loop's last turn (liveness).
     heartbeat_ms: AtomicI64,
     /// Set by `POST /pause`, cleared by `POST /resume`.
@@ -123,46 +126,46 @@ impl Progress {
         }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut BTreeMap<i32, PartitionProgress>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut BTreeMap<PartitionId, PartitionProgress>) -> R) -> R {
         match self.partitions.lock() {
             Ok(mut g) => f(&mut g),
             Err(poisoned) => f(&mut poisoned.into_inner()),
         }
     }
 
-    pub fn assigned(&self, partition: i32, committed_next: i64) {
-        self.with(|m| m.entry(partition).or_default().committed_next = committed_next);
+    pub fn assigned(&self, id: PartitionId, committed_next: i64) {
+        self.with(|m| m.entry(id).or_default().committed_next = committed_next);
     }
 
-    pub fn revoked(&self, partition: i32) {
-        self.with(|m| m.remove(&partition));
+    pub fn revoked(&self, id: PartitionId) {
+        self.with(|m| m.remove(&id));
     }
 
-    pub fn committed(&self, partition: i32, next: i64) {
+    pub fn committed(&self, id: PartitionId, next: i64) {
         self.with(|m| {
-            if let Some(p) = m.get_mut(&partition) {
+            if let Some(p) = m.get_mut(&id) {
                 p.committed_next = next;
             }
         });
     }
 
-    pub fn high_watermark(&self, partition: i32, high: i64) {
+    pub fn high_watermark(&self, id: PartitionId, high: i64) {
         self.with(|m| {
-            if let Some(p) = m.get_mut(&partition) {
+            if let Some(p) = m.get_mut(&id) {
                 p.high_watermark = Some(high);
             }
         });
     }
 
-    pub fn backlog_age(&self, partition: i32, seconds: f64) {
+    pub fn backlog_age(&self, id: PartitionId, seconds: f64) {
         self.with(|m| {
-            if let Some(p) = m.get_mut(&partition) {
+            if let Some(p) = m.get_mut(&id) {
                 p.backlog_age_s = seconds;
             }
         });
     }
 
-    pub fn snapshot(&self) -> BTreeMap<i32, PartitionProgress> {
+    pub fn snapshot(&self) -> BTreeMap<PartitionId, PartitionProgress> {
         self.with(|m| m.clone())
     }
 
@@ -185,9 +188,10 @@ impl Progress {
         if parts.is_empty() {
             return Err("no partitions assigned".into());
         }
-        let unknown: Vec<i32> = parts.iter().filter(|(_, p)| p.high_watermark.is_none()).map(|(k, _)| *k).collect();
+        let unknown: Vec<String> =
+            parts.iter().filter(|(_, p)| p.high_watermark.is_none()).map(|(k, _)| k.to_string()).collect();
         if !unknown.is_empty() {
-            return Err(format!("lag not yet known for partitions {unknown:?}"));
+            return Err(format!("lag not yet known for {}", unknown.join(", ")));
         }
         if let Some(bound) = self.ready_max_backlog_s {
             let behind: Vec<String> = parts
@@ -196,7 +200,7 @@ impl Progress {
                 .map(|(k, p)| format!("{k} ({:.0} s)", p.backlog_age_s))
                 .collect();
             if !behind.is_empty() {
-                return Err(format!("not caught up: backlog age above {bound} s on partitions {}", behind.join(", ")));
+                return Err(format!("not caught up: backlog age above {bound} s on {}", behind.join(", ")));
             }
         }
         Ok(())
@@ -206,6 +210,8 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const O0: PartitionId = PartitionId { source: PartitionId::ORDERS, partition: 0 };
 
     fn started(p: Progress) -> Progress {
         p.store_opened();
@@ -229,36 +235,42 @@ mod tests {
     #[test]
     fn readiness_waits_for_assignment_and_known_lag() {
         let p = Progress::default();
-        p.assigned(0, 5);
-        p.high_watermark(0, 9);
+        p.assigned(O0, 5);
+        p.high_watermark(O0, 9);
         assert!(p.readiness().unwrap_err().contains("starting"));
         let p = started(Progress::default());
         assert!(p.readiness().is_err());
-        p.assigned(0, 5);
+        p.assigned(O0, 5);
         assert!(p.readiness().is_err());
-        p.high_watermark(0, 9);
+        p.high_watermark(O0, 9);
         assert_eq!(p.readiness(), Ok(()));
-        assert_eq!(p.snapshot()[&0].lag(), Some(4));
-        p.revoked(0);
+        assert_eq!(p.snapshot()[&O0].lag(), Some(4));
+        p.assigned(PartitionId::sku(2), 0);
+        assert!(p.readiness().unwrap_err().contains("sku-repartition[2]"), "every topic's lag counts");
+        p.high_watermark(PartitionId::sku(2), 0);
+        assert_eq!(p.readiness(), Ok(()));
+        p.revoked(O0);
+        p.revoked(PartitionId::sku(2));
         assert!(p.readiness().is_err());
     }
 
     #[test]
     fn readiness_with_a_bound_means_caught_up_within_it() {
         let p = started(Progress::default().with_ready_bound(Some(30.0)));
-        p.assigned(0, 5);
-        p.assigned(1, 5);
-        p.high_watermark(0, 9);
-        p.high_watermark(1, 9);
-        p.backlog_age(1, 31.0);
+        let inv = PartitionId::inventory(1);
+        p.assigned(O0, 5);
+        p.assigned(inv, 5);
+        p.high_watermark(O0, 9);
+        p.high_watermark(inv, 9);
+        p.backlog_age(inv, 31.0);
         let why = p.readiness().unwrap_err();
-        assert!(why.contains("not caught up") && why.contains("1 (31 s)"), "{why}");
-        p.backlog_age(1, 29.5);
+        assert!(why.contains("not caught up") && why.contains("inventory[1] (31 s)"), "{why}");
+        p.backlog_age(inv, 29.5);
         assert_eq!(p.readiness(), Ok(()));
         let unbounded = started(Progress::default().with_ready_bound(Some(0.0)));
-        unbounded.assigned(0, 0);
-        unbounded.high_watermark(0, 1);
-        unbounded.backlog_age(0, 1e6);
+        unbounded.assigned(O0, 0);
+        unbounded.high_watermark(O0, 1);
+        unbounded.backlog_age(O0, 1e6);
         assert_eq!(unbounded.readiness(), Ok(()), "a zero bound means no bound");
     }
 }
