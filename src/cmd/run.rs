@@ -143,6 +143,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let store = stream::open_store(&opts)?;
     opts.progress.store_opened();
     tracing::info!(took_ms = opening.elapsed().as_millis() as u64, "state store opened");
+    let disk = telemetry::disk::spawn(opts.state_dir.clone(), Arc::clone(&stop));
     let actions = actions::spawn(
         rt,
         &opts.settings,
@@ -163,6 +164,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     if let Some(p) = printer {
         let _ = p.join();
     }
+    let _ = disk.join();
     eprintln!("tidemark: {}", status::summary(&stats, started.elapsed()));
     result
 }

@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod backlog;
+pub mod disk;
 pub mod events;
 pub mod http;
 pub mod progress;

@@ -1,0 +1,89 @@
+//! Disk use of the state volume (SPEC §5: exported, alerted on before the volume fills).
+//!
+//! Every [`EVERY`], a thread sums the sizes of the files under the state directory (SST
+//! files, write-ahead log, manifest) and reads the volume's total and available bytes with
+//! `statvfs`:
+//!
+//! | metric | meaning |
+//! |---|---|
+//! | `tidemark_state_disk_bytes` | bytes of the files under `--state-dir` |
+//! | `tidemark_state_volume_capacity_bytes` | size of the filesystem holding it |
+//! | `tidemark_state_volume_available_bytes` | bytes still available to tidemark on it |
+//!
+//! The chart alerts when `1 - available / capacity` passes 80 % (docs/sizing.md has the
+//! table of GiB per pod).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metrics::gauge;
+use tracing::warn;
+
+/// How often the state directory is measured: a walk of a few hundred files.
+pub const EVERY: Duration = Duration::from_secs(15);
+
+/// Sum of the sizes of the regular files below `dir` (not following links).
+pub fn dir_bytes(dir: &Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Publishes the three gauges once.
+pub fn measure(dir: &Path) {
+    match dir_bytes(dir) {
+        Ok(bytes) => gauge!("tidemark_state_disk_bytes").set(bytes as f64),
+        Err(e) => warn!(dir = %dir.display(), error = %e, "cannot measure the state directory"),
+    }
+    match fs4::statvfs(dir) {
+        Ok(s) => {
+            gauge!("tidemark_state_volume_capacity_bytes").set(s.total_space() as f64);
+            gauge!("tidemark_state_volume_available_bytes").set(s.available_space() as f64);
+        }
+        Err(e) => warn!(dir = %dir.display(), error = %e, "cannot read the state volume's size"),
+    }
+}
+
+/// Measures now and then every [`EVERY`] until `stop` is set.
+pub fn spawn(dir: PathBuf, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            measure(&dir);
+            let until = Instant::now() + EVERY;
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_directory_size_counts_every_file_below_it() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("a.sst"), vec![0u8; 1000])?;
+        std::fs::create_dir(dir.path().join("sub"))?;
+        std::fs::write(dir.path().join("sub").join("b.log"), vec![0u8; 234])?;
+        assert_eq!(dir_bytes(dir.path())?, 1234);
+        let s = fs4::statvfs(dir.path())?;
+        assert!(s.total_space() >= s.available_space() && s.total_space() > 0);
+        Ok(())
+    }
+}
