@@ -7,7 +7,7 @@
 One line per tick:
   {"t": epoch s, "up": bool,
    "hist": {"end_to_end": [[le, cumulative count], ...], ...},   # tidemark_latency_seconds
-   "backlog_age": {"0": s, ...}, "lag": {"0": records, ...},     # per partition
+   "backlog_age": {"orders[0]": s, ...}, "lag": {"orders[0]": records, ...},  # per input partition
    "counters": {"records_total": n, "events_applied_total": n, "dispatch_total{outcome=delivered}": n, ...},
    "proc": {"NAME": {"pid": n, "cpu_ticks": utime+stime, "rss_kb": n, "hwm_kb": n}},
    "stat": {"steal": ticks, "total": ticks}, "loadavg": 1-min}
@@ -55,10 +55,15 @@ def parse(page):
         if name == "tidemark_latency_seconds_bucket":
             le = float("inf") if labels["le"] == "+Inf" else float(labels["le"])
             s["hist"].setdefault(labels.get("segment", "?"), []).append([le, value])
-        elif name == "tidemark_backlog_age_seconds":
-            s["backlog_age"][labels.get("partition", "?")] = value
-        elif name == "tidemark_consumer_lag_records":
-            s["lag"][labels.get("partition", "?")] = value
+        elif name in ("tidemark_backlog_age_seconds", "tidemark_consumer_lag_records"):
+            # Input partitions only (the SKU repartition topic always trails by about one
+            # commit of progress marks), keyed source[partition]: partition numbers repeat
+            # across sources.
+            source = labels.get("source", "orders")
+            if source == "sku-repartition":
+                continue
+            key = f"{source}[{labels.get('partition', '?')}]"
+            s["backlog_age" if name == "tidemark_backlog_age_seconds" else "lag"][key] = value
         elif name.startswith("tidemark_") and (name.endswith("_total") or name.startswith("tidemark_outbox")):
             extra = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
             s["counters"][name[len("tidemark_"):] + (f"{{{extra}}}" if extra else "")] = value

@@ -14,7 +14,7 @@ use tidemark::kafka::KafkaSettings;
 use crate::broker::Broker;
 use crate::checker::{self, ScenarioReport};
 use crate::history::{self, RunTopics};
-use crate::pod::{metric_sum, Pod};
+use crate::pod::{input_lag, metric_sum, Pod};
 
 /// Every failpoint compiled into the binary (src/failpoint.rs).
 pub const FAILPOINTS: [&str; 5] = [
@@ -173,7 +173,7 @@ fn settle(pods: &mut [Pod], server: &TestServer, quiet: Duration, limit: Duratio
             // A micro-batch job has no outbox.
             let no_outbox = if p.microbatch { 0.0 } else { 1.0 };
             p.metrics().is_some_and(|page| {
-                metric_sum(&page, "tidemark_consumer_lag_records") == Some(0.0)
+                input_lag(&page) == Some(0.0)
                     && metric_sum(&page, "tidemark_outbox_pending").unwrap_or(no_outbox) == 0.0
             })
         });
