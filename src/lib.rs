@@ -11,7 +11,8 @@
 //! - [`kafka`]: client settings, topic admin, consumer context, output producer, bounded reads.
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
 //! - [`status`]: the live status line and final summary.
-//! - [`telemetry`]: `/metrics`, `/healthz`, `/readyz`, pause/resume, backlog-age prober.
+//! - [`telemetry`]: `/metrics` and the probes, pause/resume on the admin listener, the
+//!   backlog-age prober.
 
 pub mod actions;
 pub mod cli;

@@ -53,7 +53,7 @@ fn sigterm_under_load_commits_and_exits_zero_and_a_restart_reprocesses_nothing_b
 }
 
 #[test]
-fn backlog_age_rises_while_the_processor_is_paused_and_falls_to_zero_after_catch_up() {
+fn backlog_age_rises_while_the_processor_is_paused_and_falls_to_zero_after_catch_up_and_readiness_follows() {
     let orders = unique("backlog");
     let t = topology(&orders, &unique("run-backlog"));
     create_topics(&t);
@@ -67,6 +67,7 @@ fn backlog_age_rises_while_the_processor_is_paused_and_falls_to_zero_after_catch
         &[
             ("TIDEMARK_HTTP_ADDR", &format!("127.0.0.1:{port}")),
             ("TIDEMARK_ADMIN_ADDR", &format!("127.0.0.1:{admin}")),
+            ("TIDEMARK_READY_MAX_LAG_SECONDS", "5"),
             ("TIDEMARK_LOG", "warn"),
         ],
     );
@@ -90,8 +91,17 @@ fn backlog_age_rises_while_the_processor_is_paused_and_falls_to_zero_after_catch
         .map(|(_, v)| *v)
         .sum();
     assert!(lag > 0.0, "paused: lag must be visible");
+    // Ready means caught up: a backlog older than --ready-max-lag-seconds is not ready.
+    let why = wait_for(Duration::from_secs(30), "not ready while behind", || {
+        let (status, body) = http("GET", port, "/readyz")?;
+        (status == 503).then_some(body)
+    });
+    assert!(why.contains("not caught up"), "{why}");
 
     assert_eq!(http("POST", admin, "/resume").map(|r| r.0), Some(200));
+    wait_for(Duration::from_secs(60), "ready again once caught up", || {
+        (http("GET", port, "/readyz")?.0 == 200).then_some(())
+    });
     // Inputs drain to 0. The SKU repartition topic receives progress marks every commit, so
     // its oldest unprocessed record is always about one commit old, never 0.
     wait_for(Duration::from_secs(60), "backlog age back to 0 on every input partition", || {
