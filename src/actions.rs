@@ -51,7 +51,6 @@ use crate::dispatch::{
 use crate::engine::outbox::{OutboxRow, RowState};
 use crate::failpoint;
 use crate::kafka::KafkaSettings;
-use crate::stream::tasks::SKU_REPARTITION;
 use crate::telemetry::events::{Segment, DISPATCH, LATENCY};
 
 /// Rows a scan hands to delivery tasks while earlier ones are still in flight; the rest
@@ -155,13 +154,7 @@ impl RowSender {
 /// committed and have not reached a final state. Unreadable rows are skipped, as the
 /// runtime's scan skips them (and logs them).
 pub fn pending_in_outbox(store: &Store, id: PartitionId) -> Result<usize, StateError> {
-    let rows = store.outbox_scan(id)?;
-    Ok(rows
-        .iter()
-        .filter(|(_, bytes)| {
-            codec::decode::<OutboxRow>("outbox row", bytes).is_ok_and(|r| r.state == RowState::Pending)
-        })
-        .count())
+    store.outbox_pending_count(id)
 }
 
 struct Ctx {
@@ -217,6 +210,12 @@ pub fn spawn(
         .set("linger.ms", "5")
         .set("message.timeout.ms", "300000")
         .create()?;
+    if !store.outbox_indexed()? {
+        // A store written before the outbox indexes: one scan builds them.
+        let built = store
+            .rebuild_outbox_index(|bytes| codec::decode::<OutboxRow>("outbox row", bytes).ok().map(|r| r.index()))?;
+        tracing::info!(rows = built, "outbox indexes built");
+    }
     let ctx = Arc::new(Ctx {
         store,
         dispatcher,
@@ -253,7 +252,7 @@ pub fn spawn(
                         .copied()
                         .collect();
                     for p in &due {
-                        let more = scan(&ctx, PartitionId { source: SKU_REPARTITION, partition: *p }).await;
+                        let more = scan(&ctx, PartitionId::sku(*p)).await;
                         if more {
                             unfinished.insert(*p);
                         } else {
@@ -330,34 +329,38 @@ fn publish_gauges(ctx: &Ctx) {
     }
 }
 
+/// Most expired rows deleted per partition and scan (the rest go at the next one).
+const MAX_EXPIRED_PER_SCAN: usize = 10_000;
+
 /// Re-queues the pending rows of a partition (start, assignment, lost hand-over), at most
-/// [`MAX_STARTED`] in flight, and deletes expired final rows. True when pending rows were
-/// left for the next scan.
+/// [`MAX_STARTED`] in flight, and deletes expired final rows. Pending rows are read through
+/// the store's pending index and expired ones through its expiry index: final rows are
+/// never read or decoded. True when pending rows were left for the next scan.
 async fn scan(ctx: &Arc<Ctx>, id: PartitionId) -> bool {
     let store = Arc::clone(&ctx.store);
-    let rows = tokio::task::spawn_blocking(move || store.outbox_scan(id)).await;
-    let Ok(Ok(rows)) = rows else {
+    let retention_ms = ctx.retention_ms;
+    let read = tokio::task::spawn_blocking(move || {
+        let expired = store.outbox_expire(id, retention_ms, MAX_EXPIRED_PER_SCAN)?;
+        store.outbox_pending(id).map(|rows| (expired, rows))
+    })
+    .await;
+    let Ok(Ok((expired, rows))) = read else {
         error!(partition = %id, "cannot scan the outbox");
         return true;
     };
-    let mut decoded = Vec::with_capacity(rows.len());
+    if expired > 0 {
+        counter!("tidemark_outbox_expired_total").increment(expired as u64);
+    }
+    let mut more = expired >= MAX_EXPIRED_PER_SCAN;
     for (_, bytes) in rows {
-        match codec::decode::<OutboxRow>("outbox row", &bytes) {
-            Ok(row) => decoded.push(row),
-            Err(e) => error!(partition = %id, error = %e, "unreadable outbox row"),
-        }
-    }
-    let expired = expired_keys(&decoded, ctx.retention_ms);
-    if !expired.is_empty() {
-        let store = Arc::clone(&ctx.store);
-        let n = expired.len();
-        match tokio::task::spawn_blocking(move || store.outbox_delete(id, &expired)).await {
-            Ok(Ok(())) => counter!("tidemark_outbox_expired_total").increment(n as u64),
-            _ => error!(partition = %id, "cannot delete expired outbox rows"),
-        }
-    }
-    let mut more = false;
-    for row in decoded.into_iter().filter(|r| r.state == RowState::Pending) {
+        let row = match codec::decode::<OutboxRow>("outbox row", &bytes) {
+            Ok(row) if row.state == RowState::Pending => row,
+            Ok(_) => continue,
+            Err(e) => {
+                error!(partition = %id, error = %e, "unreadable outbox row");
+                continue;
+            }
+        };
         let busy = ctx.in_flight.lock().map(|f| f.len() >= MAX_STARTED).unwrap_or(true);
         if busy {
             more = true;
@@ -366,15 +369,6 @@ async fn scan(ctx: &Arc<Ctx>, id: PartitionId) -> bool {
         start(ctx, id, row, true);
     }
     more
-}
-
-/// Final rows whose event time is more than `retention_ms` behind the newest row.
-fn expired_keys(rows: &[OutboxRow], retention_ms: i64) -> Vec<String> {
-    let Some(newest) = rows.iter().map(|r| r.created_at_ms).max() else { return Vec::new() };
-    rows.iter()
-        .filter(|r| r.state.is_final() && r.created_at_ms < newest.saturating_sub(retention_ms))
-        .map(|r| r.key.clone())
-        .collect()
 }
 
 fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
@@ -481,7 +475,8 @@ impl Ctx {
         let store = Arc::clone(&self.store);
         let key = row.key.clone();
         let bytes = codec::encode(row);
-        match tokio::task::spawn_blocking(move || store.outbox_update(id, &key, &bytes)).await {
+        let index = row.index();
+        match tokio::task::spawn_blocking(move || store.outbox_update(id, &key, &bytes, index)).await {
             Ok(Ok(())) => true,
             Ok(Err(e)) => {
                 error!(key = %row.key, error = %e, "cannot update the outbox row");
@@ -600,14 +595,16 @@ mod tests {
     }
 
     #[test]
-    fn only_final_rows_further_behind_the_newest_row_than_the_retention_expire() {
-        let rows = [
-            row("old-done", 0, RowState::Delivered { status: 200 }),
-            row("old-pending", 0, RowState::Pending),
-            row("edge", 1_000, RowState::Conflict),
-            row("new", 11_000, RowState::Shadow),
-        ];
-        assert_eq!(expired_keys(&rows, 10_000), ["old-done"]);
-        assert!(expired_keys(&[], 10_000).is_empty());
+    fn a_row_is_indexed_pending_until_its_state_is_final_then_by_its_event_time() {
+        use tidemark_state::OutboxIndex;
+        assert_eq!(row("p", 5, RowState::Pending).index(), OutboxIndex::Pending);
+        for state in [
+            RowState::Delivered { status: 200 },
+            RowState::Conflict,
+            RowState::Failed { status: 422 },
+            RowState::Shadow,
+        ] {
+            assert_eq!(row("f", 5, state).index(), OutboxIndex::Final { created_at_ms: 5 });
+        }
     }
 }

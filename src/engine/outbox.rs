@@ -25,6 +25,18 @@ impl RowState {
     }
 }
 
+impl OutboxRow {
+    /// Where the row belongs in the store's outbox indexes: pending rows are found by the
+    /// runtime's scans, final ones expire by event time (see `tidemark_state::outbox`).
+    pub fn index(&self) -> tidemark_state::OutboxIndex {
+        if self.state.is_final() {
+            tidemark_state::OutboxIndex::Final { created_at_ms: self.created_at_ms }
+        } else {
+            tidemark_state::OutboxIndex::Pending
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutboxRow {
     pub key: String,

@@ -288,7 +288,7 @@ impl SkuTask {
                 source_append_ms: intent.source_append_ms,
                 committed_wall_ms: 0,
             };
-            batch.put_outbox(self.id, &row.key, &codec::encode(&row));
+            batch.put_outbox(self.id, &row.key, &codec::encode(&row), row.index());
             Stats::add(&stats.actions, 1);
             rows.push(row);
         }

@@ -8,6 +8,7 @@
 use rocksdb::WriteBatch;
 
 use crate::codec;
+use crate::outbox::OutboxIndex;
 use crate::store::{aggregate_prefix, dedup_key, CF_AGGREGATES, CF_DEDUP, CF_META, CF_OUTBOX};
 use crate::{Checkpoint, Namespace, PartitionId, StateError, Store};
 
@@ -39,8 +40,10 @@ impl<'a> CommitBatch<'a> {
     }
 
     /// A new outbox row: written with the state and offsets that produced the action.
-    pub fn put_outbox(&mut self, p: PartitionId, key: &str, row: &[u8]) {
+    /// An outbox row and its index entries (see [`crate::outbox`]).
+    pub fn put_outbox(&mut self, p: PartitionId, key: &str, row: &[u8], index: OutboxIndex) {
         self.batch.put_cf(self.store.cf(CF_OUTBOX), p.key(key.as_bytes()), row);
+        self.store.index_outbox(&mut self.batch, p, key, index);
     }
 
     pub fn put_checkpoint(&mut self, p: PartitionId, c: &Checkpoint) {

@@ -26,6 +26,10 @@ pub(crate) const CF_DEDUP: &str = "dedup-hashed";
 pub(crate) const CF_DEDUP_LEGACY: &str = "dedup";
 pub(crate) const CF_AGGREGATES: &str = "aggregates";
 pub(crate) const CF_OUTBOX: &str = "outbox";
+/// Index of the outbox rows still to be delivered (see [`crate::outbox`]).
+pub(crate) const CF_OUTBOX_PENDING: &str = "outbox-pending";
+/// Final outbox rows by event time, for expiry (see [`crate::outbox`]).
+pub(crate) const CF_OUTBOX_EXPIRY: &str = "outbox-expiry";
 
 const OWNER_KEY: &[u8] = b"owner";
 const CHECKPOINT_TAG: u8 = b'c';
@@ -51,7 +55,7 @@ impl Default for StoreOptions {
 /// The process's state store. `Sync`: the rebalance callback reads checkpoints while the
 /// stream thread owns the writes.
 pub struct Store {
-    db: DB,
+    pub(crate) db: DB,
     path: PathBuf,
     write_opts: WriteOptions,
     /// Per partition: dedup entries first seen before this append time (ms) can never match
@@ -118,6 +122,8 @@ impl Store {
             ColumnFamilyDescriptor::new(CF_DEDUP, dedup_opts),
             ColumnFamilyDescriptor::new(CF_DEDUP_LEGACY, legacy_opts),
             ColumnFamilyDescriptor::new(CF_AGGREGATES, cf_opts.clone()),
+            ColumnFamilyDescriptor::new(CF_OUTBOX_PENDING, cf_opts.clone()),
+            ColumnFamilyDescriptor::new(CF_OUTBOX_EXPIRY, cf_opts.clone()),
             ColumnFamilyDescriptor::new(CF_OUTBOX, cf_opts),
         ];
         let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(rocks)?;
@@ -127,6 +133,7 @@ impl Store {
             Store { db, path: path.to_path_buf(), write_opts, dedup_horizons, legacy_dedup: AtomicBool::new(true) };
         store.refresh_legacy_dedup();
         store.claim(&opts.owner)?;
+        store.mark_outbox_indexed_if_empty()?;
         Ok(store)
     }
 
@@ -264,23 +271,6 @@ impl Store {
         self.db.get_cf(self.cf(CF_OUTBOX), p.key(key.as_bytes())).map_err(|e| self.rocks(e))
     }
 
-    /// Overwrites an outbox row outside a commit batch (the dispatcher recording an outcome),
-    /// durably: a delivered action must stay delivered after a crash.
-    pub fn outbox_update(&self, p: PartitionId, key: &str, row: &[u8]) -> Result<(), StateError> {
-        let mut batch = rocksdb::WriteBatch::default();
-        batch.put_cf(self.cf(CF_OUTBOX), p.key(key.as_bytes()), row);
-        self.write(batch)
-    }
-
-    /// Deletes outbox rows (expired final rows), durably.
-    pub fn outbox_delete<S: AsRef<str>>(&self, p: PartitionId, keys: &[S]) -> Result<(), StateError> {
-        let mut batch = rocksdb::WriteBatch::default();
-        for k in keys {
-            batch.delete_cf(self.cf(CF_OUTBOX), p.key(k.as_ref().as_bytes()));
-        }
-        self.write(batch)
-    }
-
     /// Every outbox row of a partition, in key order (restart: re-queue what is pending).
     pub fn outbox_scan(&self, p: PartitionId) -> Result<Vec<KeyValue>, StateError> {
         let prefix = p.prefix();
@@ -334,7 +324,7 @@ impl Store {
     /// Removes every trace of a partition (used before rebuilding it from the log).
     pub fn drop_partition(&self, p: PartitionId) -> Result<(), StateError> {
         let mut batch = rocksdb::WriteBatch::default();
-        for cf in [CF_DEDUP, CF_DEDUP_LEGACY, CF_AGGREGATES, CF_OUTBOX] {
+        for cf in [CF_DEDUP, CF_DEDUP_LEGACY, CF_AGGREGATES, CF_OUTBOX, CF_OUTBOX_PENDING, CF_OUTBOX_EXPIRY] {
             batch.delete_range_cf(self.cf(cf), p.prefix().to_vec(), p.prefix_end());
         }
         batch.delete_cf(self.cf(CF_META), Self::checkpoint_key(p));
