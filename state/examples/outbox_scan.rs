@@ -1,0 +1,72 @@
+//! Outbox scan cost (issue 15 item 2): N rows of ~600 bytes in 4 SKU partitions, 1 % of them
+//! pending. Times finding the pending rows through the pending index against reading every
+//! row (what the runtime did before the indexes), and the expiry of the older half of the
+//! final rows through the event-time index. Prints one JSON object.
+//!
+//! ```sh
+//! cargo run --release -p tidemark-state --example outbox_scan -- 1000000 /path/to/dir
+//! ```
+
+use std::time::Instant;
+
+use tidemark_state::{OutboxIndex, PartitionId, Store, StoreOptions};
+
+const PARTITIONS: i32 = 4;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let n: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1_000_000);
+    let dir =
+        args.next().map(std::path::PathBuf::from).unwrap_or_else(|| std::env::temp_dir().join("tidemark-outbox-scan"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = Store::open(&dir, &StoreOptions { sync_commits: false, ..StoreOptions::default() })?;
+    let row = vec![b'r'; 600];
+    let mut batch = store.batch();
+    for i in 0..n {
+        let p = PartitionId::sku((i % PARTITIONS as u64) as i32);
+        let key = format!("low_stock:v1:SKU-{i:08}:snapshot:2026-11-28T10:00:00.000Z");
+        let index = if i % 100 == 0 { OutboxIndex::Pending } else { OutboxIndex::Final { created_at_ms: i as i64 } };
+        batch.put_outbox(p, &key, &row, index);
+        if (i + 1).is_multiple_of(20_000) {
+            std::mem::replace(&mut batch, store.batch()).commit()?;
+        }
+    }
+    batch.commit()?;
+
+    let t = Instant::now();
+    let mut pending = 0usize;
+    for p in 0..PARTITIONS {
+        pending += store.outbox_pending(PartitionId::sku(p))?.len();
+    }
+    let pending_ms = t.elapsed().as_secs_f64() * 1e3;
+
+    let t = Instant::now();
+    let mut all = 0usize;
+    let mut all_bytes = 0usize;
+    for p in 0..PARTITIONS {
+        let rows = store.outbox_scan(PartitionId::sku(p))?;
+        all += rows.len();
+        all_bytes += rows.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    }
+    let full_ms = t.elapsed().as_secs_f64() * 1e3;
+
+    // Expire the older half of the final rows: retention = half the span of event times.
+    let t = Instant::now();
+    let mut expired = 0usize;
+    for p in 0..PARTITIONS {
+        loop {
+            let k = store.outbox_expire(PartitionId::sku(p), n as i64 / 2, 10_000)?;
+            expired += k;
+            if k < 10_000 {
+                break;
+            }
+        }
+    }
+    let expire_ms = t.elapsed().as_secs_f64() * 1e3;
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{{\"rows\":{n},\"pending\":{pending},\"pending_scan_ms\":{pending_ms:.1},\"full_scan_rows\":{all},\"full_scan_bytes\":{all_bytes},\"full_scan_ms\":{full_ms:.1},\"expired\":{expired},\"expire_ms\":{expire_ms:.1}}}"
+    );
+    Ok(())
+}
