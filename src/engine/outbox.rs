@@ -5,7 +5,8 @@
 //! | `Failed` (other 4xx); `Shadow` rows are recorded and audited but never sent. A row is
 //! never deleted while its key may be produced again, so a key is acted on at most once:
 //! only final rows whose event time is more than the dedup retention (default 7 d) behind
-//! the newest row of their partition are deleted (by the action runtime's sweep). Inputs
+//! the newest final row of their partition are deleted (by the action runtime, through the
+//! store's event-time index; pending rows are found through its pending index). Inputs
 //! that old are past every window's retention and every duplicate's dedup horizon.
 
 use serde::{Deserialize, Serialize};
