@@ -238,40 +238,6 @@ fn a_409_counts_as_done_and_a_422_is_dead_lettered_and_audited_without_retries()
     assert!(a.iter().any(|r| r["status"] == 409 && r["reason"] == "conflict"));
 }
 
-const GEN_ACTIONS: &[&str] = &[
-    "--events",
-    "6000",
-    "--rate",
-    "50",
-    "--seed",
-    "21",
-    "--skus",
-    "40",
-    "--inventory-every",
-    "150",
-    "--event-bytes",
-    "256",
-];
-
-const ALL_ACT: &str = r#"
-[[rules]]
-id = "oversell"
-version = 1
-mode = "act"
-
-[[rules]]
-id = "low_stock"
-version = 1
-mode = "act"
-params = { threshold = 25, replenish_to = 100 }
-
-[[rules]]
-id = "velocity_spike"
-version = 1
-mode = "act"
-params = { min_units = 8, factor = "2.0", baseline_windows = 15 }
-"#;
-
 /// Waits until the server has seen requests and none arrived for `quiet`.
 fn settled(server: &TestServer, quiet: Duration) -> Vec<Recorded> {
     let mut last = (usize::MAX, std::time::Instant::now());
@@ -294,9 +260,10 @@ fn actions_do_not_depend_on_pacing_batch_sizes_or_how_partitions_are_split_betwe
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let a_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
     let b_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let a = scenario(ALL_ACT, a_server.url("/a").as_str(), a_server.url("/n").as_str());
+    let all_act = firing_rules("act", "act", "act");
+    let a = scenario(&all_act, a_server.url("/a").as_str(), a_server.url("/n").as_str());
     generate(&a.orders, GEN_ACTIONS);
-    let b = sibling(&a, ALL_ACT, b_server.url("/a").as_str(), |t| {
+    let b = sibling(&a, &all_act, b_server.url("/a").as_str(), |t| {
         t.replace("commit_interval = \"100ms\"", "commit_interval = \"20ms\"")
             .replace("max_batch_records = 2000", "max_batch_records = 7")
     });
@@ -321,9 +288,10 @@ fn a_kill_between_a_2xx_and_the_outbox_update_and_the_whole_log_replayed_create_
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let clean_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
     let faulty_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let clean = scenario(ALL_ACT, clean_server.url("/a").as_str(), clean_server.url("/n").as_str());
+    let all_act = firing_rules("act", "act", "act");
+    let clean = scenario(&all_act, clean_server.url("/a").as_str(), clean_server.url("/n").as_str());
     generate(&clean.orders, GEN_ACTIONS);
-    let faulty = sibling(&clean, ALL_ACT, faulty_server.url("/a").as_str(), |t| t);
+    let faulty = sibling(&clean, &all_act, faulty_server.url("/a").as_str(), |t| t);
     let reference = by_key(&{
         let _run = start(&clean);
         settled(&clean_server, Duration::from_secs(6))

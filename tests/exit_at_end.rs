@@ -14,42 +14,7 @@ use common::*;
 use rdkafka::Message;
 use tidemark::dispatch::testkit::{Behaviour, Recorded, TestServer};
 
-/// Enough stock changes and spikes to fire every rule many times over a few SKUs.
-const GEN: &[&str] = &[
-    "--events",
-    "6000",
-    "--rate",
-    "50",
-    "--seed",
-    "21",
-    "--skus",
-    "40",
-    "--inventory-every",
-    "150",
-    "--event-bytes",
-    "256",
-];
-
-const RULES: &str = r#"
-[[rules]]
-id = "oversell"
-version = 1
-mode = "act"
-
-[[rules]]
-id = "low_stock"
-version = 1
-mode = "notify"
-params = { threshold = 25, replenish_to = 100 }
-
-[[rules]]
-id = "velocity_spike"
-version = 1
-mode = "act"
-params = { min_units = 8, factor = "2.0", baseline_windows = 15 }
-"#;
-
-/// A topology over the input topics `orders`, with fresh outputs, [`RULES`] and both
+/// A topology over the input topics `orders`, with fresh outputs, the firing rules (oversell and velocity_spike act, low_stock notifies) and both
 /// endpoints on `server`.
 fn topology_for(orders: &str, server: &TestServer) -> Topo {
     let topo = topology(orders, &unique("run-end"));
@@ -64,7 +29,7 @@ fn topology_for(orders: &str, server: &TestServer) -> Topo {
             "# notify_url = \"https://alerts.internal/notify\"",
             &format!("notify_url = \"{}\"", server.url("/notify")),
         )
-        + RULES;
+        + &firing_rules("act", "notify", "act");
     std::fs::write(&topo.path, text).expect("write");
     create_topics(&topo);
     topo
@@ -122,7 +87,7 @@ fn exit_at_end_exits_only_after_posting_every_action_a_long_running_process_post
     let orders = unique("end");
     let once = topology_for(&orders, &once_server);
     let long = topology_for(&orders, &long_server);
-    generate(&orders, GEN);
+    generate(&orders, GEN_ACTIONS);
     let dir = tempfile::tempdir().expect("tmp");
 
     // The reference: a process that keeps running, as in production.

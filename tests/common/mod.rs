@@ -271,3 +271,45 @@ pub fn processed(stderr: &str) -> u64 {
         .find_map(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no summary line in:\n{stderr}"))
 }
+
+/// A generated log with enough stock changes and spikes to fire every rule many times over a
+/// few SKUs (for `generate`).
+pub const GEN_ACTIONS: &[&str] = &[
+    "--events",
+    "6000",
+    "--rate",
+    "50",
+    "--seed",
+    "21",
+    "--skus",
+    "40",
+    "--inventory-every",
+    "150",
+    "--event-bytes",
+    "256",
+];
+
+/// The three example rules with thresholds that fire on [`GEN_ACTIONS`], in the given modes
+/// (`oversell`, `low_stock`, `velocity_spike`).
+pub fn firing_rules(oversell: &str, low_stock: &str, velocity_spike: &str) -> String {
+    format!(
+        r#"
+[[rules]]
+id = "oversell"
+version = 1
+mode = "{oversell}"
+
+[[rules]]
+id = "low_stock"
+version = 1
+mode = "{low_stock}"
+params = {{ threshold = 25, replenish_to = 100 }}
+
+[[rules]]
+id = "velocity_spike"
+version = 1
+mode = "{velocity_spike}"
+params = {{ min_units = 8, factor = "2.0", baseline_windows = 15 }}
+"#
+    )
+}
