@@ -101,7 +101,13 @@ mod tests {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             (0..10).map(|n| p.backoff(n, &mut rng)).collect::<Vec<_>>()
         };
-        assert_eq!(draw(3), draw(3));
+        // The same seed drawn straight from the generator over the documented windows
+        // `[0, min(30 s, 200 ms · 2ⁿ)]`, without going through `backoff`.
+        let windows_ms: [u64; 10] = [200, 400, 800, 1_600, 3_200, 6_400, 12_800, 25_600, 30_000, 30_000];
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let expected: Vec<Duration> =
+            windows_ms.iter().map(|ms| Duration::from_nanos(rng.gen_range(0..=ms * 1_000_000))).collect();
+        assert_eq!(draw(3), expected);
         assert_ne!(draw(3), draw(4));
     }
 

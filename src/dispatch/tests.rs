@@ -307,12 +307,20 @@ async fn debug_output_of_the_dispatcher_never_shows_the_secret() {
     assert!(shown.contains("redacted"), "{shown}");
 }
 
-#[tokio::test]
-async fn the_attempt_future_can_be_spawned() {
-    fn is_send<T: Send + 'static>(_: T) {}
+/// The runtime spawns attempts on worker threads: the future must be `Send + 'static` and,
+/// once spawned on another thread, still deliver and sign the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_attempt_delivers_a_signed_request_from_a_worker_thread() {
     let server = server(Behaviour::Ok).await;
     let dispatcher = Arc::new(signed(&server));
-    is_send(async move { dispatcher.attempt(&delivery("k")).await });
+    let spawned = tokio::spawn(async move { dispatcher.attempt(&delivery("spawned-k")).await });
+    let outcome = spawned.await.expect("the spawned attempt neither panicked nor was cancelled");
+    assert_eq!(outcome, Outcome::Delivered { status: 200 });
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].path, "/act");
+    assert_eq!(requests[0].body, BODY);
+    assert_signature_verifies(&requests[0]);
 }
 
 /// A `tracing` writer that keeps everything in memory.

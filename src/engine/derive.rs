@@ -110,7 +110,13 @@ mod tests {
 
     #[test]
     fn sku_partition_is_stable_and_in_range() {
-        assert_eq!(sku_partition("SKU-1", 4), sku_partition("SKU-1", 4));
+        // Published FNV-1a 64 test vectors (`"a"`, `"foobar"`), reduced by hand.
+        for (sku, fnv1a) in [("a", 0xaf63_dc4c_8601_ec8c_u64), ("foobar", 0x8594_4171_f739_67e8)] {
+            for partitions in [1, 4, 7, 1024, i32::MAX] {
+                let expected = i32::try_from(fnv1a % u64::try_from(partitions).expect("positive")).expect("fits");
+                assert_eq!(sku_partition(sku, partitions), expected, "{sku} over {partitions}");
+            }
+        }
         assert!((0..7).contains(&sku_partition("anything", 7)));
         // Pinned: changing the function would move every SKU's state to another partition.
         assert_eq!(sku_partition("SKU-1", 1024), 812);
