@@ -61,6 +61,9 @@ const SWEEP_EVERY: u32 = 600;
 /// Ticks (seconds) between two reads of the webhook secret file.
 const SECRET_CHECK_EVERY: u32 = 5;
 
+/// The message logged once per redelivery, next to `tidemark_dispatch_redeliveries_total`.
+pub const REDELIVERY_LOG: &str = "action redelivered after restart";
+
 /// SKU partitions this process owns, kept by the stream thread.
 pub type Owned = Arc<Mutex<BTreeSet<i32>>>;
 
@@ -394,6 +397,9 @@ fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
         }
         if from_scan && row.attempts > 0 {
             counter!("tidemark_dispatch_redeliveries_total").increment(1);
+            // The log outlives the process: chaos counts these lines, including those of
+            // processes killed before their metrics could be scraped.
+            tracing::info!(key = %row.key, attempts = row.attempts, "{REDELIVERY_LOG}");
         }
         ctx.deliver(id, row).await;
     });
