@@ -3,8 +3,9 @@
 //! - every action of the clean run is delivered by the faulty run, with the same key and
 //!   payload (`lost`); no other key, and no key with another payload (`wrong`);
 //! - every key is acknowledged (2xx or 409) at least once; POSTs after the first
-//!   acknowledgement are duplicates, counted, and allowed only for actions in flight at a
-//!   crash (at most `max_in_flight` per crash) or after a state directory was wiped;
+//!   acknowledgement are duplicates, counted, and allowed only up to the redeliveries the
+//!   faulty processes counted after restarts, plus every POST after a state directory was
+//!   wiped;
 //! - the final value of every compacted dashboard and provisional finance key equals the
 //!   clean run's, byte for byte;
 //! - nothing is lost: the dead letters are exactly the records the shared normaliser
@@ -132,6 +133,8 @@ pub struct ScenarioReport {
     pub lost: Vec<String>,
     pub wrong: Vec<String>,
     pub duplicate_posts: usize,
+    /// Redeliveries the faulty pods logged (`tidemark_dispatch_redeliveries_total`).
+    pub redeliveries: usize,
     pub allowed_duplicate_posts: usize,
     pub dashboard_keys: usize,
     pub dashboard_mismatches: usize,

@@ -145,6 +145,13 @@ impl Pod {
         Some(text)
     }
 
+    /// Redeliveries this pod's processes logged, over every restart: the durable twin of
+    /// `tidemark_dispatch_redeliveries_total`, which a SIGKILL or failpoint abort discards.
+    pub fn redeliveries(&self) -> usize {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines().filter(|l| l.contains(tidemark::actions::REDELIVERY_LOG)).count()
+    }
+
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
