@@ -99,6 +99,11 @@ run_checks() {
   if [ -z "$ROOT" ]; then
     if command -v cargo >/dev/null; then report found cargo rustup "$(command -v cargo) on PATH"
     else report missing cargo rustup "no 'cargo' on PATH: install Rust with rustup first"; MISSING+=(rustup); fi
+    local comp
+    for comp in rustfmt clippy; do
+      if cargo "${comp/rustfmt/fmt}" --version >/dev/null 2>&1; then report found "$comp" rustup "cargo ${comp/rustfmt/fmt} --version answers"
+      else report missing "$comp" rustup "cargo ${comp/rustfmt/fmt} does not run: rustup component add $comp"; MISSING+=("component:$comp"); fi
+    done
   fi
 }
 
@@ -111,7 +116,13 @@ fi
 
 if [ ${#MISSING[@]} -gt 0 ]; then
   apt_pkgs=()
-  for p in "${MISSING[@]}"; do [ "$p" = rustup ] || apt_pkgs+=("$p"); done
+  for p in "${MISSING[@]}"; do
+    case "$p" in
+      rustup) ;;
+      component:*) rustup component add "${p#component:}" >&2 ;;
+      *) apt_pkgs+=("$p") ;;
+    esac
+  done
   if [ ${#apt_pkgs[@]} -gt 0 ]; then
     # shellcheck disable=SC2207
     apt_pkgs=($(printf '%s\n' "${apt_pkgs[@]}" | sort -u))

@@ -46,7 +46,7 @@ use tracing::{error, info, warn};
 
 use crate::dispatch::signer::{SECRET_ENV, SECRET_FILE_ENV};
 use crate::dispatch::{
-    Delivery, Dispatcher, Endpoints, Outcome, RetryPolicy, SecretChange, SecretWatch, Signer, Target, TlsConfig, Trust,
+    Delivery, Dispatcher, Endpoints, Outcome, RetryPolicy, SecretChange, SecretWatch, Signer, Target, TlsConfig,
 };
 use crate::engine::outbox::{OutboxRow, RowState};
 use crate::failpoint;
@@ -173,8 +173,10 @@ struct Ctx {
     retention_ms: i64,
 }
 
+/// One record on the audit topic (docs/formats.md, "Audit topic"); also written by
+/// `tidemark actions resend`.
 #[derive(Serialize)]
-struct AuditRecord<'a> {
+pub struct AuditRecord<'a> {
     key: &'a str,
     event: &'a str,
     mode: &'a str,
@@ -187,6 +189,25 @@ struct AuditRecord<'a> {
     reason: Option<String>,
     /// Wall clock: the audit says when things happened, unlike the deterministic outputs.
     at: String,
+}
+
+impl<'a> AuditRecord<'a> {
+    /// The audit record of `event` for `row`, stamped now.
+    pub fn of(row: &'a OutboxRow, event: &'a str, status: Option<u16>, reason: Option<String>) -> Self {
+        AuditRecord {
+            key: &row.key,
+            event,
+            mode: &row.mode,
+            rule_id: &row.rule_id,
+            rule_version: row.rule_version,
+            action: &row.action,
+            sku: &row.sku,
+            attempt: row.attempts,
+            status,
+            reason,
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        }
+    }
 }
 
 pub struct ActionRuntime {
@@ -293,12 +314,7 @@ pub fn dispatcher(t: &Topology, value: Option<OsString>, file: Option<PathBuf>) 
     };
     let e = &t.endpoints;
     let tls = TlsConfig {
-        trust: match e.trust {
-            tidemark_topology::config::Trust::Webpki => Trust::Webpki,
-            tidemark_topology::config::Trust::System => Trust::System,
-            tidemark_topology::config::Trust::Both => Trust::Both,
-            tidemark_topology::config::Trust::None => Trust::None,
-        },
+        trust: e.trust,
         ca_file: e.ca_file.as_ref().map(PathBuf::from),
         client_cert_file: e.client_cert_file.as_ref().map(PathBuf::from),
         client_key_file: e.client_key_file.as_ref().map(PathBuf::from),
@@ -496,19 +512,7 @@ impl Ctx {
     }
 
     async fn audit(&self, row: &OutboxRow, event: &str, status: Option<u16>, reason: Option<String>) {
-        let rec = AuditRecord {
-            key: &row.key,
-            event,
-            mode: &row.mode,
-            rule_id: &row.rule_id,
-            rule_version: row.rule_version,
-            action: &row.action,
-            sku: &row.sku,
-            attempt: row.attempts,
-            status,
-            reason,
-            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        };
+        let rec = AuditRecord::of(row, event, status, reason);
         let value = serde_json::to_vec(&rec).unwrap_or_default();
         let record = FutureRecord::to(&self.audit_topic).key(row.key.as_str()).payload(&value);
         if let Err((e, _)) = self.audit.send(record, Duration::from_secs(30)).await {

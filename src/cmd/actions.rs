@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde::Serialize;
 use tidemark_state::{codec, PartitionId, StateError, Store, StoreOptions};
 use tidemark_topology::config;
 
+use crate::actions::AuditRecord;
 use crate::cli::{ActionStateFilter, ActionsListArgs, ActionsResendArgs, ListFormat};
 use crate::engine::outbox::{OutboxRow, RowState};
 
@@ -226,25 +226,6 @@ fn select(
     }
 }
 
-/// One record on the audit topic, in the shape the action runtime writes
-/// (docs/formats.md, "Audit topic").
-#[derive(Serialize)]
-struct ResendAudit<'a> {
-    key: &'a str,
-    event: &'a str,
-    mode: &'a str,
-    rule_id: &'a str,
-    rule_version: u32,
-    action: &'a str,
-    sku: &'a str,
-    /// Attempts made so far; the next run's attempt is one more.
-    attempt: u32,
-    /// The refusal being overridden.
-    status: Option<u16>,
-    reason: Option<String>,
-    at: String,
-}
-
 /// Re-sends failed actions:
 /// 1. opens the store as its owner (topology and group), taking its lock: refused while a
 ///    processor runs on it, so the dispatcher never sees a row change under it;
@@ -299,19 +280,7 @@ pub fn resend(args: ActionsResendArgs, rt: &tokio::runtime::Runtime) -> anyhow::
             (None, Some(s)) => format!("was failed with {s}"),
             (None, None) => "was failed".to_string(),
         };
-        let rec = ResendAudit {
-            key: &row.key,
-            event: RESEND_EVENT,
-            mode: &row.mode,
-            rule_id: &row.rule_id,
-            rule_version: row.rule_version,
-            action: &row.action,
-            sku: &row.sku,
-            attempt: row.attempts,
-            status: was,
-            reason: Some(why),
-            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        };
+        let rec = AuditRecord::of(&row, RESEND_EVENT, was, Some(why));
         let value = serde_json::to_vec(&rec)?;
         let record = FutureRecord::to(&topology.audit.topic).key(row.key.as_str()).payload(&value);
         rt.block_on(producer.send(record, Duration::from_secs(30))).map_err(|(e, _)| {

@@ -9,19 +9,9 @@ use reqwest::{Certificate, ClientBuilder, Identity};
 use super::error::chain;
 use super::DispatchError;
 
-/// The built-in roots that verify an endpoint's certificate; [`TlsConfig::ca_file`] adds
-/// to any of them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Trust {
-    /// The Mozilla roots compiled in: the same in every image.
-    #[default]
-    Webpki,
-    /// The operating system's store, read when the client is built.
-    System,
-    Both,
-    /// Only the CA file.
-    None,
-}
+/// The built-in roots that verify an endpoint's certificate (the topology's
+/// `[endpoints] trust`); [`TlsConfig::ca_file`] adds to any of them.
+pub use tidemark_topology::config::Trust;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsConfig {

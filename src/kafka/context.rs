@@ -49,16 +49,6 @@ impl TaskContext {
             .collect()
     }
 
-    /// The partition of `topic` as a `PartitionId` (one per source role the topic plays).
-    pub fn ids_of(&self, topic: &str, partition: i32) -> Vec<PartitionId> {
-        self.sources
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| *s == topic)
-            .filter_map(|(i, _)| Some(PartitionId { source: u16::try_from(i).ok()?, partition }))
-            .collect()
-    }
-
     pub fn push(&self, event: AssignmentEvent) {
         if let Ok(mut q) = self.events.lock() {
             q.push(event);

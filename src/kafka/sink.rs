@@ -31,6 +31,15 @@ struct Resend {
 }
 
 impl Resend {
+    fn of(topic: &str, r: OutputRecord) -> Resend {
+        Resend {
+            topic: topic.to_string(),
+            key: r.key,
+            value: r.value,
+            headers: r.headers.into_iter().map(|(k, v)| (k.to_string(), v.into_bytes())).collect(),
+        }
+    }
+
     /// Halves what a record may carry when its size was refused; keeps it otherwise.
     fn shrink_if(&mut self, too_large: bool) {
         if too_large {
@@ -153,12 +162,7 @@ impl OutputSink {
             let side = matches!(r.sink, Sink::DeadLetter | Sink::Late);
             let oversized = r.key.as_ref().map_or(0, Vec::len) + r.value.len() > MAX_SIDE_OUTPUT_BYTES;
             if side && oversized {
-                let mut resend = Resend {
-                    topic: self.topic(r.sink).to_string(),
-                    key: r.key,
-                    value: r.value,
-                    headers: r.headers.into_iter().map(|(k, v)| (k.to_string(), v.into_bytes())).collect(),
-                };
+                let mut resend = Resend::of(self.topic(r.sink), r);
                 truncate_to_fit(&mut resend.key, &mut resend.value, &mut resend.headers, MAX_SIDE_OUTPUT_BYTES);
                 counter!("tidemark_side_outputs_truncated_total", "topic" => resend.topic.clone()).increment(1);
                 self.send_side(resend);
@@ -186,12 +190,7 @@ impl OutputSink {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     Err((e, _)) if side => {
-                        let mut resend = Resend {
-                            topic: self.topic(r.sink).to_string(),
-                            key: r.key.clone(),
-                            value: r.value.clone(),
-                            headers: r.headers.iter().map(|(k, v)| (k.to_string(), v.clone().into_bytes())).collect(),
-                        };
+                        let mut resend = Resend::of(self.topic(r.sink), r.clone());
                         warn!(topic = %resend.topic, error = %e, "side output refused by the producer; producing it again");
                         resend.shrink_if(too_large(&e));
                         self.send_side(resend);

@@ -500,15 +500,10 @@ impl Runner {
     /// never releases the SKU merge.
     fn skip_control_records(&mut self, consumer: &Consumer_) {
         let Ok(positions) = consumer.position() else { return };
-        let ctx = consumer.context();
         for e in positions.elements() {
-            let Offset::Offset(position) = e.offset() else { continue };
-            for id in ctx.ids_of(e.topic(), e.partition()) {
-                if let Some(task) = self.tasks.get_mut(&id) {
-                    if position > task.next_offset() {
-                        task.skip_to(position);
-                    }
-                }
+            let (Offset::Offset(position), Some(source)) = (e.offset(), self.source_of(e.topic())) else { continue };
+            if let Some(task) = self.tasks.get_mut(&PartitionId { source, partition: e.partition() }) {
+                task.skip_to(position);
             }
         }
     }
@@ -606,12 +601,7 @@ impl Runner {
                 self.store.set_dedup_horizon(id, h);
             }
             self.opts.progress.committed(id, next);
-            let topic = match id.source {
-                ORDERS => &self.opts.topology.orders.topic,
-                INVENTORY => &self.opts.topology.inventory.topic,
-                _ => &self.opts.topology.sku_repartition.topic,
-            };
-            let _ = tpl.add_partition_offset(topic, id.partition, Offset::Offset(next));
+            let _ = tpl.add_partition_offset(self.topic_of(id), id.partition, Offset::Offset(next));
         }
         if tpl.count() > 0 {
             if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
