@@ -13,9 +13,7 @@
 //! index)` identifies it, so replays after a crash are recognised and skipped downstream.
 
 use serde::{Deserialize, Serialize};
-
-/// (effective append ms, source, partition, offset): compared in that order.
-pub type Lt = (i64, u16, i32, i64);
+use tidemark_topology::logical::LogicalTime;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 // Externally tagged (`{"line":{...}}`): serde_json then decodes without buffering the
@@ -23,7 +21,7 @@ pub type Lt = (i64, u16, i32, i64);
 #[serde(rename_all = "snake_case")]
 pub enum Derived {
     Line {
-        lt: Lt,
+        lt: LogicalTime,
         /// Position of the line in its event, to tell lines of one source record apart.
         idx: u32,
         sku: String,
@@ -33,7 +31,7 @@ pub enum Derived {
         append_ms: i64,
     },
     Snapshot {
-        lt: Lt,
+        lt: LogicalTime,
         sku: String,
         on_hand: i64,
         as_of_ms: i64,
@@ -42,7 +40,7 @@ pub enum Derived {
     Mark {
         /// The upstream (source, partition) making the promise.
         upstream: (u16, i32),
-        bound: Lt,
+        bound: LogicalTime,
     },
 }
 
@@ -54,9 +52,9 @@ impl<'de> Deserialize<'de> for Legacy {
         #[derive(Deserialize)]
         #[serde(tag = "k", rename_all = "snake_case")]
         enum Tagged {
-            Line { lt: Lt, idx: u32, sku: String, placed: bool, qty: u32, event_ms: i64, append_ms: i64 },
-            Snapshot { lt: Lt, sku: String, on_hand: i64, as_of_ms: i64, append_ms: i64 },
-            Mark { upstream: (u16, i32), bound: Lt },
+            Line { lt: LogicalTime, idx: u32, sku: String, placed: bool, qty: u32, event_ms: i64, append_ms: i64 },
+            Snapshot { lt: LogicalTime, sku: String, on_hand: i64, as_of_ms: i64, append_ms: i64 },
+            Mark { upstream: (u16, i32), bound: LogicalTime },
         }
         Ok(Legacy(match Tagged::deserialize(d)? {
             Tagged::Line { lt, idx, sku, placed, qty, event_ms, append_ms } => {
@@ -86,8 +84,8 @@ impl Derived {
     /// The position of a data record within its upstream's sequence.
     pub fn seq(&self) -> Option<(i64, u32)> {
         match self {
-            Derived::Line { lt, idx, .. } => Some((lt.3, *idx)),
-            Derived::Snapshot { lt, .. } => Some((lt.3, 0)),
+            Derived::Line { lt, idx, .. } => Some((lt.offset, *idx)),
+            Derived::Snapshot { lt, .. } => Some((lt.offset, 0)),
             Derived::Mark { .. } => None,
         }
     }
@@ -124,14 +122,22 @@ mod tests {
 
     /// The line record both encodings below describe.
     fn line() -> Derived {
-        Derived::Line { lt: (5, 0, 1, 9), idx: 2, sku: "S".into(), placed: true, qty: 3, event_ms: 4, append_ms: 5 }
+        Derived::Line {
+            lt: LogicalTime::new(5, 0, 1, 9),
+            idx: 2,
+            sku: "S".into(),
+            placed: true,
+            qty: 3,
+            event_ms: 4,
+            append_ms: 5,
+        }
     }
 
     #[test]
     fn derived_records_round_trip() {
         let d = line();
         assert_eq!(Derived::decode(&d.encode()).expect("decode"), d);
-        let m = Derived::Mark { upstream: (1, 0), bound: (7, 1, 0, 3) };
+        let m = Derived::Mark { upstream: (1, 0), bound: LogicalTime::new(7, 1, 0, 3) };
         assert_eq!(Derived::decode(&m.encode()).expect("decode"), m);
         assert_eq!(String::from_utf8(m.encode()).expect("utf8"), r#"{"mark":{"upstream":[1,0],"bound":[7,1,0,3]}}"#);
     }

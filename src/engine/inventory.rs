@@ -3,6 +3,7 @@
 //! checkpoint: which snapshot is current is decided downstream, in logical-time order.
 
 use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
+use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::normalize::{normalize_inventory_with, NormalizeLimits};
 
 use super::derive::{sku_partition, Derived};
@@ -59,7 +60,7 @@ impl InventoryTask {
         match normalize_inventory_with(rec.value, self.limits) {
             Ok(s) => {
                 let d = Derived::Snapshot {
-                    lt: (self.checkpoint.max_append_ms, self.id.source, self.id.partition, rec.offset),
+                    lt: LogicalTime::new(self.checkpoint.max_append_ms, self.id.source, self.id.partition, rec.offset),
                     sku: s.sku.clone(),
                     on_hand: s.on_hand,
                     as_of_ms: s.as_of_ms,

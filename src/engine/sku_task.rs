@@ -18,17 +18,18 @@ use std::collections::{BTreeMap, HashSet};
 use serde::{Deserialize, Serialize};
 use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
 use tidemark_topology::config::Rule;
+use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::sku::{LineKind, SkuInput, SkuProcessor, SkuState};
 use tidemark_topology::window::WindowPolicy;
 
-use super::derive::{Derived, Lt};
+use super::derive::Derived;
 use super::outbox::{OutboxRow, RowState};
 use super::output::{OutputRecord, Sink};
 use super::stats::Stats;
 use super::task::SourceRecord;
 
 type Upstream = (u16, i32);
-type BufferKey = (Lt, u32);
+type BufferKey = (LogicalTime, u32);
 
 #[derive(Clone, Debug)]
 pub struct SkuTaskConfig {
@@ -42,7 +43,7 @@ pub struct SkuTaskConfig {
 /// Bookkeeping persisted with the task's state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct Meta {
-    bounds: BTreeMap<Upstream, Lt>,
+    bounds: BTreeMap<Upstream, LogicalTime>,
     applied: BTreeMap<Upstream, (i64, u32)>,
     max_event_ms: Option<i64>,
 }
@@ -153,7 +154,7 @@ impl SkuTask {
                 *slot = (*slot).max(*bound);
             }
             Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => {
-                let upstream = (lt.1, lt.2);
+                let upstream = lt.upstream();
                 let Some(seq) = derived.seq() else { return true };
                 let key = (*lt, seq.1);
                 if self.meta.applied.get(&upstream).is_some_and(|a| *a >= seq) || self.buffer.contains_key(&key) {
@@ -174,12 +175,12 @@ impl SkuTask {
     }
 
     /// The lowest promise over every upstream; `None` until each has spoken.
-    fn release_bound(&self) -> Option<Lt> {
+    fn release_bound(&self) -> Option<LogicalTime> {
         self.cfg
             .upstreams
             .iter()
             .map(|u| self.meta.bounds.get(u).copied())
-            .collect::<Option<Vec<Lt>>>()?
+            .collect::<Option<Vec<LogicalTime>>>()?
             .into_iter()
             .min()
     }
@@ -246,18 +247,18 @@ impl SkuTask {
     ) -> Result<(), StateError> {
         let input = match derived {
             Derived::Line { lt, idx, sku, placed, qty, event_ms, append_ms } => {
-                self.meta.applied.insert((lt.1, lt.2), (lt.3, *idx));
+                self.meta.applied.insert(lt.upstream(), (lt.offset, *idx));
                 SkuInput::Line {
                     sku: sku.clone(),
                     kind: if *placed { LineKind::Placed } else { LineKind::Cancelled },
                     qty: *qty,
                     event_time_ms: *event_ms,
                     append_ms: *append_ms,
-                    source_id: format!("{}/{}/{}/{}", lt.1, lt.2, lt.3, idx),
+                    source_id: format!("{}/{}/{}/{}", lt.source, lt.partition, lt.offset, idx),
                 }
             }
             Derived::Snapshot { lt, sku, on_hand, as_of_ms, append_ms } => {
-                self.meta.applied.insert((lt.1, lt.2), (lt.3, 0));
+                self.meta.applied.insert(lt.upstream(), (lt.offset, 0));
                 SkuInput::Snapshot { sku: sku.clone(), on_hand: *on_hand, as_of_ms: *as_of_ms, append_ms: *append_ms }
             }
             Derived::Mark { .. } => return Ok(()),
@@ -324,7 +325,7 @@ mod tests {
 
     fn line(upstream: (u16, i32), append_ms: i64, offset: i64) -> Vec<u8> {
         Derived::Line {
-            lt: (append_ms, upstream.0, upstream.1, offset),
+            lt: LogicalTime::new(append_ms, upstream.0, upstream.1, offset),
             idx: 0,
             sku: "SKU-1".into(),
             placed: true,
@@ -336,7 +337,7 @@ mod tests {
     }
 
     fn mark(upstream: (u16, i32), bound_ms: i64, next_offset: i64) -> Vec<u8> {
-        Derived::Mark { upstream, bound: (bound_ms, upstream.0, upstream.1, next_offset) }.encode()
+        Derived::Mark { upstream, bound: LogicalTime::new(bound_ms, upstream.0, upstream.1, next_offset) }.encode()
     }
 
     #[test]

@@ -20,6 +20,7 @@ use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, Sta
 use tidemark_topology::config::Topology;
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
 use tidemark_topology::event::{CanonicalEvent, EventKind};
+use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::normalize::{normalize_order_with, NormalizeLimits};
 use tidemark_topology::provisional::{self, DayCalendar, ProvAgg, ProvKey, ProvisionalRecord};
 use tidemark_topology::window::{window_start, Watermark, WindowPolicy};
@@ -305,7 +306,7 @@ impl PartitionTask {
         if self.cfg.sku_partitions <= 0 {
             return;
         }
-        let lt = (p.effective_append_ms, self.id.source, self.id.partition, p.offset);
+        let lt = LogicalTime::new(p.effective_append_ms, self.id.source, self.id.partition, p.offset);
         for (idx, line) in p.event.lines.iter().enumerate() {
             let d = Derived::Line {
                 lt,
@@ -367,6 +368,6 @@ pub fn mark(id: PartitionId, checkpoint: &Checkpoint, idle_bound_ms: Option<i64>
     let append = checkpoint.max_append_ms.max(idle_bound_ms.unwrap_or(i64::MIN));
     Derived::Mark {
         upstream: (id.source, id.partition),
-        bound: (append, id.source, id.partition, checkpoint.next_offset),
+        bound: LogicalTime::new(append, id.source, id.partition, checkpoint.next_offset),
     }
 }

@@ -23,9 +23,10 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tidemark_state::{PartitionId, Store, StoreOptions};
 use tidemark_topology::config::Topology;
+use tidemark_topology::logical::LogicalTime;
 use tracing::{info, warn};
 
-use crate::engine::derive::{Derived, Lt};
+use crate::engine::derive::Derived;
 use crate::engine::inventory::InventoryTask;
 use crate::engine::outbox::OutboxRow;
 use crate::engine::sku_task::{SkuTask, SkuTaskConfig};
@@ -98,7 +99,7 @@ struct Runner {
     task_cfg: TaskConfig,
     sku_cfg: SkuTaskConfig,
     sku_partitions: i32,
-    last_marks: BTreeMap<PartitionId, Lt>,
+    last_marks: BTreeMap<PartitionId, LogicalTime>,
     latencies: Latencies,
     /// When the oldest record of the current batch was consumed.
     batch_started: Option<Instant>,
