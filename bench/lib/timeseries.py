@@ -30,6 +30,8 @@ def ensure_mpl():
         import matplotlib  # noqa: F401
     except ImportError:
         subprocess.run([sys.executable, "-m", "pip", "install", "--user", "--quiet", "matplotlib"], check=False)
+        import site  # a user site directory created just now is not on sys.path yet
+        site.addsitedir(site.getusersitepackages())
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
