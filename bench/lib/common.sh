@@ -21,15 +21,27 @@ broker_up() {
 }
 broker_down() { if [ "$STARTED_BROKER" = 1 ] && [ -z "${KEEP_BROKER:-}" ]; then bash "$ROOT/scripts/kafka/kafka.sh" stop >&2 || true; fi; }
 
+# The binary under test: TIDEMARK_BIN (its revision given as TIDEMARK_REV), or else HEAD built
+# in a clean worktree (bench/lib/build_rev.sh; BENCH_REV picks another commit). A binary from
+# the working tree's own build is used only with ALLOW_DIRTY=1 and is labelled +dirty.
 ensure_tidemark() {
-  if [ ! -x "$BIN" ]; then
-    blog "building tidemark (release)"; (cd "$ROOT" && nice -n 10 cargo build --release --bin tidemark >&2)
+  local rev
+  if [ -n "${TIDEMARK_BIN:-}" ]; then
+    rev="${TIDEMARK_REV:-unknown revision}"
+  elif [ -n "${ALLOW_DIRTY:-}" ]; then
+    if [ ! -x "$BIN" ]; then
+      blog "building tidemark (release)"; (cd "$ROOT" && nice -n 10 cargo build --release --bin tidemark >&2)
+    fi
+    rev="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo '+dirty')"
+  else
+    BIN="$("$BENCH/lib/build_rev.sh" "${BENCH_REV:-HEAD}")"
+    rev="$(git -C "$ROOT" rev-parse --short "${BENCH_REV:-HEAD}")"
   fi
   # Run a private copy, so a concurrent rebuild cannot swap the binary in the middle of a series.
   mkdir -p /tmp/tidemark-bench-bin
   cp -p "$BIN" /tmp/tidemark-bench-bin/tidemark.$$
   BIN=/tmp/tidemark-bench-bin/tidemark.$$
-  BIN_INFO="$(stat -c '%y' "$BIN") $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')"
+  BIN_INFO="$(stat -c '%y' "$BIN") $rev"
   trap_extra="rm -f $BIN"
 }
 # Other processes on the host (1-minute load average): a benchmark is only clean when it is low.

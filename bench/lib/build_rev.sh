@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the `tidemark` binary of one committed revision (default HEAD) in a detached git
+# worktree and prints the path of a private copy, /tmp/tidemark-bench-bin/tidemark-<rev>
+# (reused when it exists). Benchmarks measure committed code only: this is how they get it,
+# whatever state the working tree is in.
+#
+#   bench/lib/build_rev.sh [REV]
+#
+# The build shares CARGO_TARGET_DIR (dependencies are not rebuilt); progress goes to stderr.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+REV="$(git -C "$ROOT" rev-parse --short "${1:-HEAD}")"
+OUT="/tmp/tidemark-bench-bin/tidemark-$REV"
+if [ -x "$OUT" ]; then echo "$OUT"; exit 0; fi
+mkdir -p /tmp/tidemark-bench-bin
+WT="$(mktemp -d /tmp/tidemark-build-$REV.XXXX)"
+trap 'git -C "$ROOT" worktree remove --force "$WT" >/dev/null 2>&1 || rm -rf "$WT"' EXIT
+git -C "$ROOT" worktree add --detach "$WT" "$REV" >/dev/null 2>&1
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/tidemark/target}"
+echo "[bench] building tidemark $REV in $WT" >&2
+(cd "$WT" && nice -n 10 cargo build --release --bin tidemark >&2)
+cp -p "$CARGO_TARGET_DIR/release/tidemark" "$OUT.tmp" && mv "$OUT.tmp" "$OUT"
+echo "$OUT"
