@@ -21,6 +21,8 @@
 //! A crash before step 6 leaves the previous publication in place; a rerun repeats the steps
 //! with the same run id and writes the same bytes.
 
+#[cfg(test)]
+mod golden;
 mod manifest;
 pub(crate) mod range;
 mod shadow;
