@@ -496,7 +496,13 @@ impl Ctx {
     async fn persist(&self, id: PartitionId, row: &OutboxRow) -> bool {
         let store = Arc::clone(&self.store);
         let key = row.key.clone();
-        let bytes = codec::encode(row);
+        let bytes = match codec::encode(row) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                error!(key = %row.key, error = %e, "cannot encode the outbox row");
+                return false;
+            }
+        };
         let index = row.index();
         match tokio::task::spawn_blocking(move || store.outbox_update(id, &key, &bytes, index)).await {
             Ok(Ok(())) => true,

@@ -11,6 +11,8 @@
 //! - [`kafka`]: client settings, topic admin, consumer context, output producer, bounded reads.
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
 //! - [`status`]: the live status line and final summary.
+//! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
+//!   engine and an in-memory store; see `docs/test-driver.md`.
 //! - [`telemetry`]: `/metrics` and the probes, pause/resume on the admin listener, the
 //!   backlog-age prober.
 
@@ -24,3 +26,4 @@ pub mod kafka;
 pub mod status;
 pub mod stream;
 pub mod telemetry;
+pub mod testkit;

@@ -287,7 +287,7 @@ pub fn resend(args: ActionsResendArgs, rt: &tokio::runtime::Runtime) -> anyhow::
             anyhow::anyhow!("audit record of {} not delivered to {}: {e}", row.key, topology.audit.topic)
         })?;
         let pending = OutboxRow { state: RowState::Pending, ..row };
-        store.outbox_update(p, &pending.key, &codec::encode(&pending), pending.index())?;
+        store.outbox_update(p, &pending.key, &codec::encode(&pending)?, pending.index())?;
         println!("{}: pending again ({p}, {} attempt(s) so far)", pending.key, pending.attempts);
     }
     println!("the next `tidemark run` on {} sends them with the same key and payload", args.state_dir.display());

@@ -161,7 +161,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
                 let slice = plan(&settings, &topology, &mut runner, &log, args.accept_gaps)?;
                 log.planned = Some(slice.clone());
                 let mut b = store.batch();
-                b.put_record(SLICES, &codec::encode(&log));
+                b.put_record(SLICES, &codec::encode(&log)?);
                 b.commit()?;
                 slice
             }
@@ -177,7 +177,8 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         read_slice(&settings, &topology, &slice, &mut runner, &progress)?;
         let done = SliceLog { done: Some(slice.clone()), planned: None };
         let side_outputs = !args.no_side_outputs;
-        let counts = runner.end_slice(Some((SLICES, &codec::encode(&done))), |out: &mut Vec<OutputRecord>| {
+        let done_bytes = codec::encode(&done)?;
+        let counts = runner.end_slice(Some((SLICES, &done_bytes)), |out: &mut Vec<OutputRecord>| {
             if !side_outputs {
                 out.retain(|r| matches!(r.sink, Sink::Dashboard | Sink::Finance));
             }

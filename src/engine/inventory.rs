@@ -2,7 +2,7 @@
 //! them, with their logical time, to the SKU that owns them. It keeps no state but its
 //! checkpoint: which snapshot is current is decided downstream, in logical-time order.
 
-use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
+use tidemark_state::{Checkpoint, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::normalize::{normalize_inventory_with, NormalizeLimits};
 
@@ -21,8 +21,8 @@ pub struct InventoryTask {
 }
 
 impl InventoryTask {
-    pub fn restore(
-        store: &Store,
+    pub fn restore<S: StateView + ?Sized>(
+        store: &S,
         id: PartitionId,
         topic: String,
         sku_partitions: i32,
@@ -89,9 +89,9 @@ impl InventoryTask {
         true
     }
 
-    pub fn finish(&mut self, batch: &mut CommitBatch<'_>) {
+    pub fn finish<W: StateWrite>(&mut self, batch: &mut W) -> Result<(), StateError> {
         self.uncommitted = false;
-        batch.put_checkpoint(self.id, &self.checkpoint);
+        batch.put_checkpoint(self.id, &self.checkpoint)
     }
 
     pub fn mark(&self, idle_bound_ms: Option<i64>) -> Derived {

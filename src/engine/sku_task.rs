@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
-use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
+use tidemark_state::{codec, Checkpoint, Namespace, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::config::Rule;
 use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::sku::{LineKind, SkuInput, SkuProcessor, SkuState};
@@ -65,7 +65,7 @@ pub struct SkuTask {
 }
 
 impl SkuTask {
-    pub fn restore(store: &Store, id: PartitionId, cfg: SkuTaskConfig) -> Result<Self, StateError> {
+    pub fn restore<S: StateView + ?Sized>(store: &S, id: PartitionId, cfg: SkuTaskConfig) -> Result<Self, StateError> {
         let checkpoint = store.checkpoint(id)?.unwrap_or_default();
         let mut meta = Meta::default();
         let mut processor = SkuProcessor::new(cfg.rules.clone(), cfg.window);
@@ -87,9 +87,7 @@ impl SkuTask {
         let mut buffer = BTreeMap::new();
         for (k, v) in store.load_aggregates(id, Namespace::MergeBuffer)? {
             let key: BufferKey = codec::decode("merge buffer key", &k)?;
-            let d = Derived::decode(&v)
-                .map_err(|e| StateError::Decode { what: "merge buffer record", detail: e.to_string() })?;
-            buffer.insert(key, d);
+            buffer.insert(key, decode_buffered(&v)?);
         }
         Ok(SkuTask {
             id,
@@ -186,10 +184,10 @@ impl SkuTask {
     }
 
     /// Step 2. New outbox rows are appended to `rows` for the dispatcher (after the commit).
-    pub fn finish(
+    pub fn finish<S: StateView + ?Sized, W: StateWrite>(
         &mut self,
-        store: &Store,
-        batch: &mut CommitBatch<'_>,
+        store: &S,
+        batch: &mut W,
         rows: &mut Vec<OutboxRow>,
         stats: &Stats,
     ) -> Result<(), StateError> {
@@ -209,18 +207,18 @@ impl SkuTask {
         }
         for key in self.unsaved.drain() {
             if let Some(d) = self.buffer.get(&key) {
-                batch.put_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key), &d.encode());
+                batch.put_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key)?, &codec::encode(d)?);
             }
         }
         for key in self.released.drain(..) {
-            batch.delete_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key));
+            batch.delete_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key)?);
         }
         for d in self.processor.take_dirty() {
-            batch.put_aggregate(self.id, Namespace::Sku, d.sku.as_bytes(), &codec::encode(&d.core));
+            batch.put_aggregate(self.id, Namespace::Sku, d.sku.as_bytes(), &codec::encode(&d.core)?);
             for (t, units) in d.lines {
                 let key = line_key(&d.sku, t);
                 match units {
-                    Some(u) => batch.put_aggregate(self.id, Namespace::SkuLines, &key, &codec::encode(&u)),
+                    Some(u) => batch.put_aggregate(self.id, Namespace::SkuLines, &key, &codec::encode(&u)?),
                     None => batch.delete_aggregate(self.id, Namespace::SkuLines, &key),
                 }
             }
@@ -232,15 +230,15 @@ impl SkuTask {
             }
         }
         self.meta.max_event_ms = self.processor.watermark_state();
-        batch.put_aggregate(self.id, Namespace::SkuMeta, META_KEY, &codec::encode(&self.meta));
-        batch.put_checkpoint(self.id, &self.checkpoint);
+        batch.put_aggregate(self.id, Namespace::SkuMeta, META_KEY, &codec::encode(&self.meta)?);
+        batch.put_checkpoint(self.id, &self.checkpoint)?;
         Ok(())
     }
 
-    fn apply(
+    fn apply<S: StateView + ?Sized, W: StateWrite>(
         &mut self,
-        store: &Store,
-        batch: &mut CommitBatch<'_>,
+        store: &S,
+        batch: &mut W,
         derived: &Derived,
         rows: &mut Vec<OutboxRow>,
         stats: &Stats,
@@ -289,12 +287,25 @@ impl SkuTask {
                 source_append_ms: intent.source_append_ms,
                 committed_wall_ms: 0,
             };
-            batch.put_outbox(self.id, &row.key, &codec::encode(&row), row.index());
+            batch.put_outbox(self.id, &row.key, &codec::encode(&row)?, row.index());
             Stats::add(&stats.actions, 1);
             rows.push(row);
         }
         Ok(())
     }
+}
+
+/// A merge-buffer value: the versioned codec, or the JSON of [`Derived::encode`] that
+/// versions before the codec wrote (a JSON object starts with `{`, never the version byte),
+/// so records buffered before an upgrade are kept.
+const _: () = assert!(codec::VERSION != b'{', "the version byte must tell codec values from JSON");
+
+fn decode_buffered(v: &[u8]) -> Result<Derived, StateError> {
+    if v.first() == Some(&b'{') {
+        return Derived::decode(v)
+            .map_err(|e| StateError::Decode { what: "merge buffer record (JSON)", detail: e.to_string() });
+    }
+    codec::decode("merge buffer record", v)
 }
 
 /// `[sku length u16 BE][sku][event time ms, sign bit flipped, BE]`: one SKU's rows are
@@ -319,7 +330,7 @@ fn decode_line_key(k: &[u8]) -> Result<(String, i64), StateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tidemark_state::StoreOptions;
+    use tidemark_state::{MemStore, StateStore};
 
     const MIN: i64 = 60_000;
 
@@ -350,18 +361,76 @@ mod tests {
         assert!(decode_line_key(b"\x00\x09abc").is_err());
     }
 
-    #[test]
-    fn a_record_below_its_upstreams_promise_is_counted_as_a_broken_promise() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let store =
-            Store::open(dir.path(), &StoreOptions { owner: "t".into(), ..StoreOptions::default() }).expect("open");
-        let cfg = SkuTaskConfig {
+    fn cfg() -> SkuTaskConfig {
+        SkuTaskConfig {
             topic: "rep".into(),
             upstreams: vec![(0, 0), (0, 1)],
             rules: Vec::new(),
             window: WindowPolicy { size_ms: MIN, allowed_lateness_ms: 0, grace_ms: 2 * MIN, retention_ms: 420 * MIN },
+        }
+    }
+
+    fn ingest_all(task: &mut SkuTask, records: &[Vec<u8>], first_offset: i64, stats: &Stats) {
+        let mut out = Vec::new();
+        for (i, value) in records.iter().enumerate() {
+            let rec = SourceRecord { key: None, value: Some(value), append_ms: 0, offset: first_offset + i as i64 };
+            assert!(task.ingest(rec, &mut out, stats));
+        }
+    }
+
+    #[test]
+    fn buffered_records_are_stored_with_the_versioned_codec_and_survive_a_restart() -> Result<(), StateError> {
+        let (store, stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
+        let mut task = SkuTask::restore(&store, id, cfg())?;
+        ingest_all(&mut task, &[line((0, 0), 1_000, 0), line((0, 1), 2_000, 0)], 0, &stats);
+        let mut batch = store.batch();
+        task.finish(&store, &mut batch, &mut Vec::new(), &stats)?;
+        store.commit(batch)?;
+        let rows = store.load_aggregates(id, Namespace::MergeBuffer)?;
+        assert_eq!(rows.len(), 2, "nothing released: no upstream has promised anything");
+        assert!(rows.iter().all(|(_, v)| v[0] == codec::VERSION), "codec values, not JSON");
+        let restored = SkuTask::restore(&store, id, cfg())?;
+        assert_eq!(restored.buffer, task.buffer);
+        Ok(())
+    }
+
+    #[test]
+    fn buffer_rows_written_as_json_by_an_earlier_version_are_restored_and_released() -> Result<(), StateError> {
+        let (store, stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
+        // What an earlier version left in the merge buffer: the repartition JSON, in both of
+        // its encodings (externally tagged, and the first one tagged by `k`).
+        let tagged = Derived::decode(&line((0, 0), 1_000, 0))
+            .map_err(|e| StateError::Decode { what: "t", detail: e.to_string() })?;
+        let first = br#"{"k":"line","lt":[1500,0,1,0],"idx":0,"sku":"SKU-1","placed":true,"qty":1,"event_ms":1500,"append_ms":1500}"#;
+        let mut batch = store.batch();
+        let lt = |d: &Derived| match d {
+            Derived::Line { lt, .. } => *lt,
+            _ => unreachable!("a line"),
         };
-        let mut task = SkuTask::restore(&store, PartitionId { source: 2, partition: 0 }, cfg).expect("restore");
+        batch.put_aggregate(id, Namespace::MergeBuffer, &codec::encode(&(lt(&tagged), 0u32))?, &tagged.encode());
+        batch.put_aggregate(
+            id,
+            Namespace::MergeBuffer,
+            &codec::encode(&(LogicalTime::new(1_500, 0, 1, 0), 0u32))?,
+            first,
+        );
+        store.commit(batch)?;
+
+        let mut task = SkuTask::restore(&store, id, cfg())?;
+        assert_eq!(task.buffered(), 2, "both old rows are back in the buffer");
+        ingest_all(&mut task, &[mark((0, 0), 9_000, 1), mark((0, 1), 9_000, 1)], 0, &stats);
+        let mut batch = store.batch();
+        task.finish(&store, &mut batch, &mut Vec::new(), &stats)?;
+        store.commit(batch)?;
+        assert_eq!((task.buffered(), Stats::get(&stats.sku_inputs)), (0, 2), "released and applied");
+        assert!(store.load_aggregates(id, Namespace::MergeBuffer)?.is_empty(), "and deleted from the store");
+        Ok(())
+    }
+
+    #[test]
+    fn a_record_below_its_upstreams_promise_is_counted_as_a_broken_promise() {
+        let store = MemStore::new();
+        let mut task = SkuTask::restore(&store, PartitionId::sku(0), cfg()).expect("restore");
         let (stats, mut out) = (Stats::default(), Vec::new());
         let records = [
             line((0, 0), 1_000, 0),

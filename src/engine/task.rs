@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use tidemark_state::{codec, Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
+use tidemark_state::{codec, Checkpoint, Namespace, PartitionId, StateError, StateView, StateWrite, Store};
 use tidemark_topology::config::Topology;
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
 use tidemark_topology::event::{CanonicalEvent, EventKind};
@@ -99,7 +99,7 @@ pub struct PartitionTask {
 
 impl PartitionTask {
     /// Rebuilds the task from its last checkpoint: progress and every live aggregate.
-    pub fn restore(store: &Store, id: PartitionId, cfg: TaskConfig) -> Result<Self, StateError> {
+    pub fn restore<S: StateView + ?Sized>(store: &S, id: PartitionId, cfg: TaskConfig) -> Result<Self, StateError> {
         let checkpoint = store.checkpoint(id)?.unwrap_or_default();
         let mut aggs = BTreeMap::new();
         for (k, v) in store.load_aggregates(id, Namespace::Dashboard)? {
@@ -195,10 +195,10 @@ impl PartitionTask {
     }
 
     /// Step 2: dedup, apply, emit and stage the commit. Clears the pending events.
-    pub fn finish(
+    pub fn finish<S: StateView + ?Sized, W: StateWrite>(
         &mut self,
-        store: &Store,
-        batch: &mut CommitBatch<'_>,
+        store: &S,
+        batch: &mut W,
         out: &mut Vec<OutputRecord>,
         stats: &Stats,
     ) -> Result<(), StateError> {
@@ -250,7 +250,7 @@ impl PartitionTask {
 
         for (key, entry) in self.aggs.iter_mut().filter(|(_, e)| e.dirty) {
             entry.dirty = false;
-            batch.put_aggregate(self.id, Namespace::Dashboard, &codec::encode(key), &codec::encode(&entry.agg));
+            batch.put_aggregate(self.id, Namespace::Dashboard, &codec::encode(key)?, &codec::encode(&entry.agg)?);
             out.push(OutputRecord {
                 sink: Sink::Dashboard,
                 key: Some(dashboard::record_key(key, self.id.partition).into_bytes()),
@@ -262,7 +262,7 @@ impl PartitionTask {
 
         for (key, entry) in self.days.iter_mut().filter(|(_, e)| e.dirty) {
             entry.dirty = false;
-            batch.put_aggregate(self.id, Namespace::Finance, &codec::encode(key), &codec::encode(&entry.agg));
+            batch.put_aggregate(self.id, Namespace::Finance, &codec::encode(key)?, &codec::encode(&entry.agg)?);
             out.push(OutputRecord {
                 sink: Sink::Finance,
                 key: Some(provisional::record_key(key, self.id.partition).into_bytes()),
@@ -277,7 +277,7 @@ impl PartitionTask {
             if !self.cfg.window.expired(entry.key().window_start_ms, wm) {
                 break;
             }
-            batch.delete_aggregate(self.id, Namespace::Dashboard, &codec::encode(entry.key()));
+            batch.delete_aggregate(self.id, Namespace::Dashboard, &codec::encode(entry.key())?);
             entry.remove();
         }
         // A day's row is dropped once its last window has expired: every later event of that
@@ -287,12 +287,12 @@ impl PartitionTask {
             if !last_window.is_some_and(|start| self.cfg.window.expired(start, wm)) {
                 break;
             }
-            batch.delete_aggregate(self.id, Namespace::Finance, &codec::encode(entry.key()));
+            batch.delete_aggregate(self.id, Namespace::Finance, &codec::encode(entry.key())?);
             entry.remove();
         }
 
         self.checkpoint.max_event_ms = self.watermark.max_event_ms();
-        batch.put_checkpoint(self.id, &self.checkpoint);
+        batch.put_checkpoint(self.id, &self.checkpoint)?;
         Ok(())
     }
 

@@ -70,10 +70,7 @@ impl Task {
     ) -> Result<(), StateError> {
         match self {
             Task::Orders(t) => t.finish(store, batch, out, stats),
-            Task::Inventory(t) => {
-                t.finish(batch);
-                Ok(())
-            }
+            Task::Inventory(t) => t.finish(batch),
             Task::Sku(t) => t.finish(store, batch, rows, stats),
         }
     }

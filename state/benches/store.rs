@@ -69,6 +69,7 @@ fn bench_dedup(c: &mut Criterion) {
 /// An encoded aggregate about the size of a dashboard partial.
 fn aggregate_value(i: usize) -> Vec<u8> {
     codec::encode(&(i as u64, (i * 3) as u64, format!("{}.{:02}", i * 17, i % 100), 1_795_824_000_000i64 + i as i64))
+        .expect("encode")
 }
 
 fn bench_checkpoint(c: &mut Criterion) {
@@ -96,7 +97,7 @@ fn bench_checkpoint(c: &mut Criterion) {
                         max_append_ms: offset,
                         records: offset as u64,
                     };
-                    batch.put_checkpoint(P, &cp);
+                    batch.put_checkpoint(P, &cp).expect("encode");
                     batch.commit().expect("commit")
                 })
             });

@@ -46,8 +46,9 @@ impl<'a> CommitBatch<'a> {
         self.store.index_outbox(&mut self.batch, p, key, index);
     }
 
-    pub fn put_checkpoint(&mut self, p: PartitionId, c: &Checkpoint) {
-        self.batch.put_cf(self.store.cf(CF_META), Store::checkpoint_key(p), codec::encode(c));
+    pub fn put_checkpoint(&mut self, p: PartitionId, c: &Checkpoint) -> Result<(), StateError> {
+        self.batch.put_cf(self.store.cf(CF_META), Store::checkpoint_key(p), codec::encode(c)?);
+        Ok(())
     }
 
     /// A named bookkeeping record (read back with [`Store::record`]); `value` is already
@@ -137,7 +138,8 @@ mod tests {
             b.put_checkpoint(
                 p,
                 &Checkpoint { next_offset: 10, max_event_ms: Some(5), max_append_ms: 1_000, records: 10 },
-            );
+            )
+            .expect("encode");
             assert_eq!(store.checkpoint(p).expect("read"), None, "nothing visible before commit");
             b.commit().expect("commit");
         }

@@ -15,6 +15,10 @@ pub enum StateError {
     /// incompatible code.
     #[error("{what}: cannot decode stored value: {detail}")]
     Decode { what: &'static str, detail: String },
+    /// A value could not be encoded for the store (a serde shape bincode cannot write): a
+    /// programming error in the type, never retriable.
+    #[error("{what}: cannot encode value for the store: {detail}")]
+    Encode { what: &'static str, detail: String },
     /// The store belongs to another topology or consumer group.
     #[error("state directory {path} belongs to `{found}`, not `{expected}`; point --state-dir elsewhere or delete it to rebuild from the log")]
     Owner { path: String, found: String, expected: String },

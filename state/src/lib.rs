@@ -6,6 +6,9 @@
 //! - [`keys`]: key layout (`PartitionId` prefix + concern-specific suffix).
 //! - [`checkpoint`]: what a partition persists about its progress.
 //! - [`store`]: opening the database, column families, reads used on restore and dedup.
+//! - [`view`]: the reads and staged writes the engine needs, as traits (`StateView`,
+//!   `StateWrite`, `StateStore`), implemented by the RocksDB store and the in-memory one.
+//! - [`memory`]: `MemStore`, an in-memory store (BTreeMaps) for the test driver and tests.
 //! - [`outbox`]: the pending and expiry indexes of the action outbox.
 //! - [`commit`]: the single `WriteBatch` that makes state, outbox rows and offsets durable together.
 //! - [`error`]: `StateError`, classified by whether a retry can help.
@@ -15,12 +18,16 @@ pub mod codec;
 pub mod commit;
 pub mod error;
 pub mod keys;
+pub mod memory;
 pub mod outbox;
 pub mod store;
+pub mod view;
 
 pub use checkpoint::Checkpoint;
 pub use commit::{CommitBatch, StagedBatch};
 pub use error::StateError;
 pub use keys::{Namespace, PartitionId};
+pub use memory::{MemBatch, MemStore};
 pub use outbox::OutboxIndex;
 pub use store::{KeyValue, Store, StoreOptions};
+pub use view::{StateStore, StateView, StateWrite};

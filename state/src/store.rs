@@ -173,7 +173,7 @@ impl Store {
             None => {
                 let mut w = WriteOptions::default();
                 w.set_sync(true);
-                self.db.put_cf_opt(meta, OWNER_KEY, codec::encode(&owner.to_string()), &w).map_err(|e| self.rocks(e))
+                self.db.put_cf_opt(meta, OWNER_KEY, codec::encode(owner)?, &w).map_err(|e| self.rocks(e))
             }
         }
     }

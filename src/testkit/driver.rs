@@ -1,0 +1,440 @@
+//! A broker-free topology test driver, in the spirit of Kafka Streams' `TopologyTestDriver`.
+//!
+//! The driver runs the same engine tasks as `tidemark run` (orders, inventory and SKU
+//! tasks) against an in-memory store ([`MemStore`]) and in-memory topic logs:
+//!
+//! - tests pipe raw `orders` and `inventory` records in, each stamped with the broker's
+//!   *LogAppendTime*, which the test controls ([`TopologyDriver::advance`]);
+//! - [`TopologyDriver::step`] is one turn of the stream loop: every task polls what its log
+//!   holds, stages its state into one commit, upstream tasks send their progress marks,
+//!   every output is "published" (repartition records are appended to the SKU partitions'
+//!   logs at the current broker time) and the commit is applied;
+//! - tests then read what the topology produced: dashboard and finance records, dead
+//!   letters, late records, committed outbox rows and the actions handed to the dispatcher.
+//!
+//! What it models and what it does not is written down in `docs/test-driver.md`. In short:
+//! one process owning every partition, no rebalances, no Kafka transactions, no HTTP
+//! delivery; a crash is modelled as losing everything not committed ([`TopologyDriver::crash`]).
+//! No clock is read anywhere: time is the broker time the test sets.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use tidemark_state::{codec, MemStore, PartitionId, StateError, StateStore, StateView};
+use tidemark_topology::config::Topology;
+use tidemark_topology::logical::LogicalTime;
+
+use crate::engine::derive::Derived;
+use crate::engine::inventory::InventoryTask;
+use crate::engine::outbox::OutboxRow;
+use crate::engine::sku_task::{SkuTask, SkuTaskConfig};
+use crate::engine::{OutputRecord, PartitionTask, Sink, SourceRecord, Stats, TaskConfig};
+
+/// Partition counts of the three logs the engine consumes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Partitions {
+    pub orders: i32,
+    pub inventory: i32,
+    /// The internal SKU repartition topic; 0 turns the inventory path off.
+    pub sku: i32,
+}
+
+/// Everything the driver needs to build its tasks.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    pub task: TaskConfig,
+    pub sku: SkuTaskConfig,
+    pub inventory_topic: String,
+    pub partitions: Partitions,
+    /// How far an idle upstream's promise stays behind the broker time (`idle_skew`).
+    pub idle_skew_ms: i64,
+}
+
+impl DriverConfig {
+    /// The configuration `tidemark run` derives from a topology, for these partition counts.
+    pub fn from_topology(t: &Topology, partitions: Partitions) -> DriverConfig {
+        let upstreams = (0..partitions.orders)
+            .map(|p| (PartitionId::ORDERS, p))
+            .chain((0..partitions.inventory).map(|p| (PartitionId::INVENTORY, p)))
+            .collect();
+        DriverConfig {
+            task: TaskConfig::from_topology(t, partitions.sku),
+            sku: SkuTaskConfig {
+                topic: t.sku_repartition.topic.clone(),
+                upstreams,
+                rules: t.rules.clone(),
+                window: t.dashboard_window,
+            },
+            inventory_topic: t.inventory.topic.clone(),
+            partitions,
+            idle_skew_ms: t.idle_skew_ms,
+        }
+    }
+}
+
+/// One record in a driver log or output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Produced {
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    pub headers: Vec<(&'static str, String)>,
+    /// The broker time it was appended at (LogAppendTime).
+    pub append_ms: i64,
+    /// The offset in its partition's log (input and repartition logs only; 0 otherwise).
+    pub offset: i64,
+}
+
+enum Task {
+    Orders(Box<PartitionTask>),
+    Inventory(InventoryTask),
+    Sku(Box<SkuTask>),
+}
+
+/// What one [`TopologyDriver::step`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    /// Records handed to tasks (below-checkpoint re-deliveries excluded).
+    pub ingested: usize,
+    /// Records published to any output or internal log, marks included.
+    pub published: usize,
+    /// Outbox rows committed.
+    pub actions: usize,
+}
+
+pub struct TopologyDriver {
+    cfg: DriverConfig,
+    store: MemStore,
+    stats: Arc<Stats>,
+    broker_ms: i64,
+    /// Input and repartition logs, by the partition that consumes them.
+    logs: BTreeMap<PartitionId, Vec<Produced>>,
+    /// The next offset each task fetches.
+    positions: BTreeMap<PartitionId, i64>,
+    tasks: BTreeMap<PartitionId, Task>,
+    /// Upstreams whose consumer is "stuck": they send no idle promise.
+    stalled: BTreeSet<PartitionId>,
+    last_marks: BTreeMap<PartitionId, LogicalTime>,
+    outputs: Vec<(Sink, Produced)>,
+    actions: Vec<OutboxRow>,
+}
+
+impl TopologyDriver {
+    /// A driver for a topology file's configuration, starting at broker time `start_ms`.
+    pub fn for_topology(t: &Topology, partitions: Partitions, start_ms: i64) -> Result<Self, StateError> {
+        TopologyDriver::new(DriverConfig::from_topology(t, partitions), start_ms)
+    }
+
+    pub fn new(cfg: DriverConfig, start_ms: i64) -> Result<Self, StateError> {
+        let mut logs = BTreeMap::new();
+        let p = cfg.partitions;
+        for id in (0..p.orders)
+            .map(PartitionId::orders)
+            .chain((0..p.inventory).map(PartitionId::inventory))
+            .chain((0..p.sku).map(PartitionId::sku))
+        {
+            logs.insert(id, Vec::new());
+        }
+        let mut driver = TopologyDriver {
+            cfg,
+            store: MemStore::new(),
+            stats: Arc::default(),
+            broker_ms: start_ms,
+            logs,
+            positions: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            stalled: BTreeSet::new(),
+            last_marks: BTreeMap::new(),
+            outputs: Vec::new(),
+            actions: Vec::new(),
+        };
+        driver.restore_tasks()?;
+        Ok(driver)
+    }
+
+    /// Rebuilds every task from the store's last commit and fetches from its checkpoint.
+    fn restore_tasks(&mut self) -> Result<(), StateError> {
+        self.tasks.clear();
+        self.positions.clear();
+        self.last_marks.clear();
+        let ids: Vec<PartitionId> = self.logs.keys().copied().collect();
+        for id in ids {
+            let task = match id.source {
+                PartitionId::ORDERS => {
+                    Task::Orders(Box::new(PartitionTask::restore(&self.store, id, self.cfg.task.clone())?))
+                }
+                PartitionId::INVENTORY => Task::Inventory(InventoryTask::restore(
+                    &self.store,
+                    id,
+                    self.cfg.inventory_topic.clone(),
+                    self.cfg.partitions.sku,
+                    self.cfg.task.limits,
+                )?),
+                _ => Task::Sku(Box::new(SkuTask::restore(&self.store, id, self.cfg.sku.clone())?)),
+            };
+            let next = self.store.checkpoint(id)?.map_or(0, |c| c.next_offset);
+            self.positions.insert(id, next);
+            self.tasks.insert(id, task);
+        }
+        Ok(())
+    }
+
+    // ---- input and time ----------------------------------------------------------------
+
+    /// The broker's clock: the append time of the next record piped in.
+    pub fn now_ms(&self) -> i64 {
+        self.broker_ms
+    }
+
+    /// Moves the broker clock forward (or back, as a leader change with a slower clock may).
+    pub fn advance(&mut self, ms: i64) {
+        self.broker_ms += ms;
+    }
+
+    pub fn set_time(&mut self, ms: i64) {
+        self.broker_ms = ms;
+    }
+
+    /// Appends a record to `orders[partition]` at the current broker time; returns its offset.
+    pub fn pipe_order(&mut self, partition: i32, key: Option<&[u8]>, value: &[u8]) -> i64 {
+        self.append(PartitionId::orders(partition), key, value)
+    }
+
+    /// Appends a record to `inventory[partition]` at the current broker time.
+    pub fn pipe_inventory(&mut self, partition: i32, key: Option<&[u8]>, value: &[u8]) -> i64 {
+        self.append(PartitionId::inventory(partition), key, value)
+    }
+
+    fn append(&mut self, id: PartitionId, key: Option<&[u8]>, value: &[u8]) -> i64 {
+        let append_ms = self.broker_ms;
+        let log = self.logs.entry(id).or_default();
+        let offset = i64::try_from(log.len()).unwrap_or(i64::MAX);
+        log.push(Produced {
+            key: key.map(<[u8]>::to_vec),
+            value: value.to_vec(),
+            headers: Vec::new(),
+            append_ms,
+            offset,
+        });
+        offset
+    }
+
+    /// An upstream whose consumer stops reporting its log end: it keeps sending the marks its
+    /// records justify but no idle promise (as a client with stale statistics).
+    pub fn stall(&mut self, id: PartitionId) {
+        self.stalled.insert(id);
+    }
+
+    pub fn unstall(&mut self, id: PartitionId) {
+        self.stalled.remove(&id);
+    }
+
+    // ---- running -----------------------------------------------------------------------
+
+    /// One turn of the stream loop over every partition: poll, finish, marks, publish, commit.
+    pub fn step(&mut self) -> Result<StepCounts, StateError> {
+        let all: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        self.step_partitions(&all, usize::MAX, true)
+    }
+
+    /// One turn in which only `ids` poll (the others are slower processes, or paused), each
+    /// at most `max_records` records. Only tasks that polled send marks.
+    pub fn step_only(&mut self, ids: &[PartitionId], max_records: usize) -> Result<StepCounts, StateError> {
+        self.step_partitions(ids, max_records, true)
+    }
+
+    /// A turn whose outputs reach the logs but whose state commit is lost: the process died
+    /// between the flush and the write (the at-least-once window). Tasks restart from the
+    /// previous commit.
+    pub fn step_then_crash(&mut self) -> Result<StepCounts, StateError> {
+        let all: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        let counts = self.step_partitions(&all, usize::MAX, false)?;
+        self.crash()?;
+        Ok(counts)
+    }
+
+    /// Steps until a turn ingests and publishes nothing; returns how many turns ran. Broker
+    /// time does not move, so idle promises stop moving and this ends.
+    pub fn run_until_quiet(&mut self) -> Result<usize, StateError> {
+        const MAX_TURNS: usize = 10_000;
+        for turn in 1..=MAX_TURNS {
+            let c = self.step()?;
+            if c.ingested == 0 && c.published == 0 {
+                return Ok(turn);
+            }
+        }
+        Err(StateError::Decode { what: "topology driver", detail: format!("still busy after {MAX_TURNS} turns") })
+    }
+
+    /// Loses everything not committed and restarts every task from the store, as a process
+    /// killed and restarted on the same state directory. Logs and published outputs stay.
+    pub fn crash(&mut self) -> Result<(), StateError> {
+        self.restore_tasks()
+    }
+
+    fn step_partitions(
+        &mut self,
+        ids: &[PartitionId],
+        max_records: usize,
+        commit: bool,
+    ) -> Result<StepCounts, StateError> {
+        let mut counts = StepCounts::default();
+        let mut out = Vec::new();
+        let polled: BTreeSet<PartitionId> = ids.iter().copied().collect();
+        // 1. Poll: every record from the task's position to its log end (or the limit).
+        for id in &polled {
+            let (Some(task), Some(log), Some(pos)) =
+                (self.tasks.get_mut(id), self.logs.get(id), self.positions.get_mut(id))
+            else {
+                continue;
+            };
+            let from = usize::try_from(*pos).unwrap_or(0);
+            for r in log.iter().skip(from).take(max_records) {
+                let rec = SourceRecord {
+                    key: r.key.as_deref(),
+                    value: Some(&r.value),
+                    append_ms: r.append_ms,
+                    offset: r.offset,
+                };
+                let ingested = match task {
+                    Task::Orders(t) => t.ingest(rec, &mut out, &self.stats),
+                    Task::Inventory(t) => t.ingest(rec, &mut out, &self.stats),
+                    Task::Sku(t) => t.ingest(rec, &mut out, &self.stats),
+                };
+                counts.ingested += usize::from(ingested);
+                *pos = r.offset + 1;
+            }
+        }
+        // 2. Finish: every task with new records stages into one batch.
+        let mut batch = self.store.batch();
+        let mut rows = Vec::new();
+        for task in self.tasks.values_mut() {
+            match task {
+                Task::Orders(t) if t.has_uncommitted() => t.finish(&self.store, &mut batch, &mut out, &self.stats)?,
+                Task::Inventory(t) if t.has_uncommitted() => t.finish(&mut batch)?,
+                Task::Sku(t) if t.has_uncommitted() => t.finish(&self.store, &mut batch, &mut rows, &self.stats)?,
+                _ => {}
+            }
+        }
+        // 3. Marks of the upstreams that polled; a caught-up one promises broker time − skew.
+        if self.cfg.partitions.sku > 0 {
+            for id in &polled {
+                let caught_up = self.positions.get(id).copied() == self.logs.get(id).map(|l| l.len() as i64);
+                let idle = (caught_up && !self.stalled.contains(id)).then(|| self.broker_ms - self.cfg.idle_skew_ms);
+                let mark = match self.tasks.get(id) {
+                    Some(Task::Orders(t)) => t.mark(idle),
+                    Some(Task::Inventory(t)) => t.mark(idle),
+                    _ => continue,
+                };
+                let Derived::Mark { bound, .. } = &mark else { continue };
+                if self.last_marks.get(id).is_some_and(|last| bound <= last) {
+                    continue;
+                }
+                self.last_marks.insert(*id, *bound);
+                let value = mark.encode();
+                for p in 0..self.cfg.partitions.sku {
+                    out.push(OutputRecord {
+                        sink: Sink::Repartition,
+                        key: None,
+                        value: value.clone(),
+                        headers: Vec::new(),
+                        partition: Some(p),
+                    });
+                }
+            }
+        }
+        // 4. Publish, at the current broker time.
+        counts.published = out.len();
+        for r in out {
+            self.publish(r);
+        }
+        // 5. Commit state, offsets and outbox rows together; rows go to the dispatcher.
+        if commit {
+            self.store.commit(batch)?;
+            counts.actions = rows.len();
+            self.actions.extend(rows);
+        }
+        Ok(counts)
+    }
+
+    fn publish(&mut self, r: OutputRecord) {
+        let append_ms = self.broker_ms;
+        if let (Sink::Repartition, Some(p)) = (r.sink, r.partition) {
+            let log = self.logs.entry(PartitionId::sku(p)).or_default();
+            let offset = i64::try_from(log.len()).unwrap_or(i64::MAX);
+            log.push(Produced { key: r.key, value: r.value, headers: r.headers, append_ms, offset });
+            return;
+        }
+        let offset = i64::try_from(self.outputs.iter().filter(|(s, _)| *s == r.sink).count()).unwrap_or(0);
+        self.outputs.push((r.sink, Produced { key: r.key, value: r.value, headers: r.headers, append_ms, offset }));
+    }
+
+    // ---- reading what happened -----------------------------------------------------------
+
+    /// Every record published to `sink`, in publish order (repartition records: see
+    /// [`TopologyDriver::log`]).
+    pub fn records(&self, sink: Sink) -> Vec<&Produced> {
+        self.outputs.iter().filter(|(s, _)| *s == sink).map(|(_, r)| r).collect()
+    }
+
+    pub fn dashboard(&self) -> Vec<&Produced> {
+        self.records(Sink::Dashboard)
+    }
+
+    /// Provisional finance rows.
+    pub fn finance(&self) -> Vec<&Produced> {
+        self.records(Sink::Finance)
+    }
+
+    pub fn dead_letters(&self) -> Vec<&Produced> {
+        self.records(Sink::DeadLetter)
+    }
+
+    pub fn late(&self) -> Vec<&Produced> {
+        self.records(Sink::Late)
+    }
+
+    /// The last value per key of an upsert sink, as a compacted topic ends up.
+    pub fn compacted(&self, sink: Sink) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.records(sink).into_iter().filter_map(|r| Some((r.key.clone()?, r.value.clone()))).collect()
+    }
+
+    /// An input or repartition log.
+    pub fn log(&self, id: PartitionId) -> &[Produced] {
+        self.logs.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Outbox rows handed to the dispatcher after their commit, in commit order.
+    pub fn actions(&self) -> &[OutboxRow] {
+        &self.actions
+    }
+
+    /// Every committed outbox row, by SKU partition and key.
+    pub fn outbox(&self) -> Result<Vec<(PartitionId, OutboxRow)>, StateError> {
+        self.store.outbox_all().into_iter().map(|(p, _, row, _)| Ok((p, codec::decode("outbox row", &row)?))).collect()
+    }
+
+    /// Records a SKU task holds in its merge buffer.
+    pub fn buffered(&self, partition: i32) -> usize {
+        match self.tasks.get(&PartitionId::sku(partition)) {
+            Some(Task::Sku(t)) => t.buffered(),
+            _ => 0,
+        }
+    }
+
+    /// Every partition the driver runs a task for, in order.
+    pub fn partitions(&self) -> Vec<PartitionId> {
+        self.tasks.keys().copied().collect()
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn store(&self) -> &MemStore {
+        &self.store
+    }
+
+    pub fn config(&self) -> &DriverConfig {
+        &self.cfg
+    }
+}

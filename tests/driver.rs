@@ -1,0 +1,350 @@
+//! The topology end to end through the broker-free test driver (`tidemark::testkit::driver`):
+//! the SKU merge, progress marks, idle promises, outbox keys and dedup, without a broker,
+//! a clock or a sleep. Broker time is set by the test.
+
+use std::collections::BTreeMap;
+
+use tidemark::engine::outbox::RowState;
+use tidemark::engine::{Sink, Stats};
+use tidemark::testkit::driver::{Partitions, TopologyDriver};
+use tidemark_state::PartitionId;
+use tidemark_topology::config::{parse, Topology, EXAMPLE};
+use tidemark_topology::gen::{GenConfig, GenTopic, Generator};
+
+/// 2026-11-28T10:00:00Z
+const T0: i64 = 1_795_860_000_000;
+/// `idle_skew` of the example topology.
+const SKEW: i64 = 2_000;
+
+/// The example topology with `rules` (TOML `[[rules]]` blocks) instead of its own.
+fn topology(rules: &str) -> Topology {
+    let cut = EXAMPLE.find("# Anomaly rules.").expect("rules section");
+    let text = EXAMPLE[..cut]
+        .replace("# action_url = \"https://inventory.internal/actions\"", "action_url = \"http://127.0.0.1:9/a\"")
+        .replace("# notify_url = \"https://alerts.internal/notify\"", "notify_url = \"http://127.0.0.1:9/n\"")
+        .replace("allow_unsigned = false", "allow_unsigned = true")
+        + rules;
+    let t = parse(&text, "driver-test.toml").expect("topology");
+    assert_eq!(t.idle_skew_ms, SKEW);
+    t
+}
+
+const STOCK_RULES: &str = r#"
+[[rules]]
+id = "oversell"
+version = 1
+mode = "act"
+
+[[rules]]
+id = "low_stock"
+version = 1
+mode = "act"
+params = { threshold = 10, replenish_to = 100 }
+
+[[rules]]
+id = "velocity_spike"
+version = 1
+mode = "shadow"
+params = { min_units = 50, factor = "3.0", baseline_windows = 15 }
+"#;
+
+/// The example rules with thresholds that fire often on [`history`].
+const FIRING_RULES: &str = r#"
+[[rules]]
+id = "oversell"
+version = 1
+mode = "act"
+
+[[rules]]
+id = "low_stock"
+version = 1
+mode = "act"
+params = { threshold = 25, replenish_to = 100 }
+
+[[rules]]
+id = "velocity_spike"
+version = 1
+mode = "act"
+params = { min_units = 8, factor = "2.0", baseline_windows = 15 }
+"#;
+
+fn order(event_id: &str, order: &str, kind: &str, t_ms: i64, sku: &str, qty: u32) -> Vec<u8> {
+    format!(
+        r#"{{"schema_version":2,"event_id":"{event_id}","order_id":"{order}","type":"{kind}","occurred_at_ms":{t_ms},"store_id":"tokyo-01","channel":"web","items":[{{"sku":"{sku}","quantity":{qty},"price":{{"amount_minor":1000,"currency":"JPY"}}}}]}}"#
+    )
+    .into_bytes()
+}
+
+fn snapshot(sku: &str, on_hand: i64, as_of: &str) -> Vec<u8> {
+    format!(r#"{{"sku":"{sku}","on_hand":{on_hand},"as_of":"{as_of}"}}"#).into_bytes()
+}
+
+/// Every committed outbox row by key: (payload, state).
+fn outbox(d: &TopologyDriver) -> BTreeMap<String, (Vec<u8>, RowState)> {
+    d.outbox().expect("outbox").into_iter().map(|(_, r)| (r.key, (r.payload, r.state))).collect()
+}
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).expect("json")
+}
+
+#[test]
+fn a_scripted_scenario_fires_exactly_the_expected_actions_and_shadow_rules_stay_in_the_outbox() {
+    let t = topology(STOCK_RULES);
+    let mut d = TopologyDriver::for_topology(&t, Partitions { orders: 1, inventory: 1, sku: 2 }, T0).expect("driver");
+    d.pipe_inventory(0, Some(b"SKU-A"), &snapshot("SKU-A", 5, "2026-11-28T10:00:00Z"));
+    for (key, value) in [
+        ("o1", order("e1", "o1", "ORDER_PLACED", T0 + 60_000, "SKU-A", 3)),
+        ("o2", order("e2", "o2", "ORDER_PLACED", T0 + 61_000, "SKU-A", 4)),
+        ("o2", order("e3", "o2", "ORDER_CANCELLED", T0 + 62_000, "SKU-A", 4)),
+        ("o3", order("e4", "o3", "ORDER_PLACED", T0 + 120_000, "SKU-B", 60)),
+        // The same event again: a duplicate must change nothing.
+        ("o2", order("e2", "o2", "ORDER_PLACED", T0 + 61_000, "SKU-A", 4)),
+    ] {
+        d.advance(30);
+        d.pipe_order(0, Some(key.as_bytes()), &value);
+    }
+    d.advance(10_000);
+    d.run_until_quiet().expect("run");
+
+    let rows = outbox(&d);
+    let low = "low_stock:v1:SKU-A:snapshot:2026-11-28T10:00:00.000Z";
+    let oversell = "oversell:v1:SKU-A:snapshot:2026-11-28T10:00:00.000Z";
+    let spike = "velocity_spike:v1:SKU-B:window:2026-11-28T10:02:00.000Z";
+    assert_eq!(rows.keys().map(String::as_str).collect::<Vec<_>>(), [low, oversell, spike], "exactly these rows");
+    assert_eq!(
+        (rows[low].1, rows[oversell].1, rows[spike].1),
+        (RowState::Pending, RowState::Pending, RowState::Shadow)
+    );
+    let (o, l) = (json(&rows[oversell].0), json(&rows[low].0));
+    assert_eq!(
+        (o["action_id"].as_str(), o["sku"].as_str(), o["action"].as_str()),
+        (Some(oversell), Some("SKU-A"), Some("stop_sale"))
+    );
+    assert_eq!(o["evidence"]["available"], -2);
+    assert_eq!((l["action"].as_str(), l["sku"].as_str()), (Some("replenish"), Some("SKU-A")));
+    let handed: Vec<&str> = d.actions().iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(handed.len(), 3, "each row handed to the dispatcher once: {handed:?}");
+    assert_eq!(Stats::get(&d.stats().dedup_hits), 1, "the repeated e2");
+}
+
+/// A generated history with enough stock changes and spikes to fire every rule many times
+/// (the history of `tests/actions.rs`, `common::GEN_ACTIONS`), partitioned by key.
+fn history() -> Vec<(PartitionId, i64, String, Vec<u8>)> {
+    let cfg = GenConfig {
+        seed: 21,
+        events: 6000,
+        rate_per_s: 50.0,
+        skus: 40,
+        inventory_every: 150,
+        target_event_bytes: 256,
+        ..GenConfig::default()
+    };
+    let start = cfg.start_ms;
+    Generator::new(cfg)
+        .expect("generator")
+        .map(|r| {
+            let hash = r.key.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+            let id = match r.topic {
+                GenTopic::Orders => PartitionId::orders((hash % 3) as i32),
+                GenTopic::Inventory => PartitionId::inventory((hash % 2) as i32),
+            };
+            (id, start + r.due_ms, r.key, r.value)
+        })
+        .collect()
+}
+
+const PARTS: Partitions = Partitions { orders: 3, inventory: 2, sku: 3 };
+
+fn driver_with(records: &[(PartitionId, i64, String, Vec<u8>)]) -> TopologyDriver {
+    let t = topology(FIRING_RULES);
+    let mut d = TopologyDriver::for_topology(&t, PARTS, records[0].1).expect("driver");
+    for (id, at, key, value) in records {
+        pipe(&mut d, *id, *at, key, value);
+    }
+    d.set_time(records[records.len() - 1].1 + 60_000);
+    d
+}
+
+fn pipe(d: &mut TopologyDriver, id: PartitionId, at: i64, key: &str, value: &[u8]) {
+    d.set_time(at);
+    match id.source {
+        PartitionId::ORDERS => d.pipe_order(id.partition, Some(key.as_bytes()), value),
+        _ => d.pipe_inventory(id.partition, Some(key.as_bytes()), value),
+    };
+}
+
+fn sku_ids() -> Vec<PartitionId> {
+    (0..PARTS.sku).map(PartitionId::sku).collect()
+}
+
+/// What a run decided: every outbox row's key and payload bytes, and the final dashboard
+/// and provisional finance rows.
+type Outcome = (BTreeMap<String, Vec<u8>>, BTreeMap<Vec<u8>, Vec<u8>>, BTreeMap<Vec<u8>, Vec<u8>>);
+
+fn outcome(d: &TopologyDriver) -> Outcome {
+    let rows = outbox(d).into_iter().map(|(k, (payload, _))| (k, payload)).collect();
+    (rows, d.compacted(Sink::Dashboard), d.compacted(Sink::Finance))
+}
+
+fn assert_each_key_handed_over_once(d: &TopologyDriver) {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in d.actions() {
+        assert!(seen.insert(r.key.clone()), "{} handed to the dispatcher twice", r.key);
+    }
+}
+
+#[test]
+fn the_merge_gives_the_same_actions_byte_for_byte_whichever_upstream_runs_ahead() {
+    let records = history();
+
+    // All partitions polled together, everything in the log before the first turn.
+    let mut together = driver_with(&records);
+    together.run_until_quiet().expect("run");
+    let reference = outcome(&together);
+    assert!(reference.0.len() >= 10, "the history fires many actions, got {}", reference.0.len());
+
+    // The inventory first, then one orders partition at a time, the SKU tasks in between.
+    let mut inventory_first = driver_with(&records);
+    let inventory: Vec<PartitionId> = (0..PARTS.inventory).map(PartitionId::inventory).collect();
+    inventory_first.step_only(&inventory, usize::MAX).expect("step");
+    for p in [2, 0, 1] {
+        for _ in 0..3 {
+            inventory_first.step_only(&[PartitionId::orders(p)], usize::MAX).expect("step");
+            inventory_first.step_only(&sku_ids(), usize::MAX).expect("step");
+        }
+    }
+    inventory_first.run_until_quiet().expect("run");
+    assert_eq!(outcome(&inventory_first), reference, "inventory first, orders one partition at a time");
+
+    // Small fetches, orders[1] and the SKU tasks far behind the others.
+    let mut ragged = driver_with(&records);
+    let fast = [PartitionId::orders(0), PartitionId::orders(2), PartitionId::inventory(1)];
+    for _ in 0..40 {
+        ragged.step_only(&fast, 97).expect("step");
+    }
+    for turn in 0..400 {
+        let mut ids = vec![PartitionId::orders(1), PartitionId::inventory(0)];
+        if turn % 3 == 0 {
+            ids.extend(sku_ids());
+        }
+        ragged.step_only(&ids, 13).expect("step");
+    }
+    ragged.run_until_quiet().expect("run");
+    assert_eq!(outcome(&ragged), reference, "small fetches at different speeds");
+
+    // Live: records arrive while the topology runs, and idle upstreams promise by time.
+    let t = topology(FIRING_RULES);
+    let mut live = TopologyDriver::for_topology(&t, PARTS, records[0].1).expect("driver");
+    for (n, (id, at, key, value)) in records.iter().enumerate() {
+        pipe(&mut live, *id, *at, key, value);
+        if n % 50 == 49 {
+            live.step().expect("step");
+        }
+    }
+    live.advance(60_000);
+    live.run_until_quiet().expect("run");
+    assert_eq!(Stats::get(&live.stats().broken_promises), 0, "records arrive after their upstream's promise");
+    assert_eq!(outcome(&live), reference, "live, with idle promises");
+
+    for d in [&together, &inventory_first, &ragged, &live] {
+        assert_each_key_handed_over_once(d);
+        assert_eq!(d.actions().len(), reference.0.len());
+    }
+}
+
+#[test]
+fn replaying_after_a_lost_commit_gives_the_same_keys_and_payloads_and_skips_applied_records() {
+    let records = history();
+    let mut clean = driver_with(&records);
+    clean.run_until_quiet().expect("run");
+
+    let mut crashing = driver_with(&records);
+    for turn in 0..200 {
+        let ids: Vec<PartitionId> = crashing.partitions();
+        if turn % 4 == 3 {
+            // Outputs (repartitioned lines, marks, dashboard rows) are published, the state
+            // commit is lost: the next turns read every one of those records again.
+            crashing.step_then_crash().expect("crash");
+        } else {
+            crashing.step_only(&ids, 50).expect("step");
+        }
+    }
+    crashing.run_until_quiet().expect("run");
+    assert_eq!(outcome(&crashing).0, outcome(&clean).0, "the same keys and payloads");
+    assert_each_key_handed_over_once(&crashing);
+    assert!(
+        Stats::get(&crashing.stats().dedup_hits) > Stats::get(&clean.stats().dedup_hits),
+        "re-sent repartition records were recognised and skipped"
+    );
+}
+
+#[test]
+fn an_event_seen_in_an_earlier_commit_or_before_a_restart_is_applied_once() {
+    let t = topology(STOCK_RULES);
+    let mut d = TopologyDriver::for_topology(&t, Partitions { orders: 1, inventory: 1, sku: 1 }, T0).expect("driver");
+    let e1 = order("e1", "o1", "ORDER_PLACED", T0, "SKU-A", 2);
+    d.pipe_order(0, Some(b"o1"), &e1);
+    d.run_until_quiet().expect("run");
+    let lines =
+        |d: &TopologyDriver| d.log(PartitionId::sku(0)).iter().filter(|r| r.value.starts_with(b"{\"line\"")).count();
+    assert_eq!((d.dashboard().len(), lines(&d)), (1, 1));
+
+    d.advance(1_000);
+    d.pipe_order(0, Some(b"o1"), &e1);
+    d.run_until_quiet().expect("run");
+    d.crash().expect("restart");
+    d.advance(1_000);
+    d.pipe_order(0, Some(b"o1"), &e1);
+    d.run_until_quiet().expect("run");
+
+    assert_eq!(d.dashboard().len(), 1, "no dashboard revision for a duplicate");
+    assert_eq!(lines(&d), 1, "no second line for the SKU");
+    assert_eq!(Stats::get(&d.stats().dedup_hits), 2, "one in a later commit, one after the restart");
+    assert_eq!(json(&d.dashboard()[0].value)["units"], 2);
+}
+
+#[test]
+fn a_sku_task_holds_lines_until_every_upstream_has_promised_past_them() {
+    let t = topology(STOCK_RULES);
+    let mut d = TopologyDriver::for_topology(&t, Partitions { orders: 2, inventory: 1, sku: 1 }, T0).expect("driver");
+    d.stall(PartitionId::orders(1));
+    d.stall(PartitionId::inventory(0));
+    d.pipe_order(0, Some(b"o1"), &order("e1", "o1", "ORDER_PLACED", T0, "SKU-A", 2));
+    d.advance(60_000);
+    d.run_until_quiet().expect("run");
+    assert_eq!(d.buffered(0), 1, "orders[1] and inventory[0] have not promised anything");
+    let marks: Vec<serde_json::Value> =
+        d.log(PartitionId::sku(0)).iter().map(|r| json(&r.value)).filter(|v| v.get("mark").is_some()).collect();
+    let silent = marks.iter().filter(|m| m["mark"]["upstream"] != serde_json::json!([0, 0]));
+    assert!(
+        silent.into_iter().all(|m| m["mark"]["bound"][0].as_i64() < Some(T0)),
+        "the stalled upstreams promised nothing past their empty logs: {marks:?}"
+    );
+
+    d.unstall(PartitionId::inventory(0));
+    d.run_until_quiet().expect("run");
+    assert_eq!(d.buffered(0), 1, "orders[1] still silent");
+
+    d.unstall(PartitionId::orders(1));
+    d.run_until_quiet().expect("run");
+    assert_eq!(d.buffered(0), 0, "every upstream promised past the line: released");
+    assert_eq!(Stats::get(&d.stats().sku_inputs), 1);
+}
+
+#[test]
+fn an_idle_upstream_releases_the_merge_once_broker_time_minus_the_skew_passes_the_line() {
+    let t = topology(STOCK_RULES);
+    let mut d = TopologyDriver::for_topology(&t, Partitions { orders: 1, inventory: 1, sku: 1 }, T0).expect("driver");
+    d.pipe_order(0, Some(b"o1"), &order("e1", "o1", "ORDER_PLACED", T0, "SKU-A", 2));
+    d.run_until_quiet().expect("run");
+    assert_eq!(d.buffered(0), 1, "inventory[0] promised only T0 - skew");
+
+    d.advance(SKEW - 1);
+    d.run_until_quiet().expect("run");
+    assert_eq!(d.buffered(0), 1, "a promise of T0 - 1 ms does not pass a line appended at T0");
+
+    d.advance(1);
+    d.run_until_quiet().expect("run");
+    assert_eq!(d.buffered(0), 0, "the promise reached T0: the line is released");
+}
