@@ -348,7 +348,9 @@ impl PartitionTask {
 
     /// After the batch is durable: allow compaction to drop dedup entries that can never
     /// match again. Append times may step back a little (leader change, clock correction),
-    /// hence the margin.
+    /// hence the margin: a tenth of the retention, at most an hour (an hour on a 7-day
+    /// retention; a minute on the 10-minute retention of the soak in `bench/soak.sh`, whose
+    /// state would otherwise grow for 70 minutes before the first entry could go).
     pub fn committed(&self, store: &Store) {
         store.set_dedup_horizon(self.id, self.dedup_horizon());
     }
@@ -356,8 +358,7 @@ impl PartitionTask {
     /// The horizon [`PartitionTask::committed`] sets, for the checkpoint as of now: read it
     /// right after [`PartitionTask::finish`] to apply it once that batch is durable.
     pub fn dedup_horizon(&self) -> i64 {
-        const APPEND_TIME_MARGIN_MS: i64 = 3_600_000;
-        self.checkpoint.max_append_ms - self.cfg.dedup_retention_ms - APPEND_TIME_MARGIN_MS
+        dedup_expiry_horizon(self.checkpoint.max_append_ms, self.cfg.dedup_retention_ms)
     }
 }
 
@@ -369,5 +370,30 @@ pub fn mark(id: PartitionId, checkpoint: &Checkpoint, idle_bound_ms: Option<i64>
     Derived::Mark {
         upstream: (id.source, id.partition),
         bound: LogicalTime::new(append, id.source, id.partition, checkpoint.next_offset),
+    }
+}
+
+/// Dedup entries first seen before this append time may be dropped by compaction: the
+/// retention behind the highest append time so far, less a margin for append times that step
+/// back (a tenth of the retention, at most an hour).
+fn dedup_expiry_horizon(max_append_ms: i64, retention_ms: i64) -> i64 {
+    const MAX_APPEND_TIME_MARGIN_MS: i64 = 3_600_000;
+    max_append_ms - retention_ms - (retention_ms / 10).min(MAX_APPEND_TIME_MARGIN_MS)
+}
+
+#[cfg(test)]
+mod horizon_tests {
+    use super::dedup_expiry_horizon;
+
+    const MIN: i64 = 60_000;
+
+    #[test]
+    fn a_week_of_retention_keeps_entries_an_hour_longer() {
+        assert_eq!(dedup_expiry_horizon(100_000 * MIN, 7 * 24 * 60 * MIN), 100_000 * MIN - 7 * 24 * 60 * MIN - 60 * MIN);
+    }
+
+    #[test]
+    fn a_short_retention_keeps_entries_a_tenth_longer() {
+        assert_eq!(dedup_expiry_horizon(1_000 * MIN, 10 * MIN), 1_000 * MIN - 11 * MIN);
     }
 }
