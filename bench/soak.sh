@@ -8,20 +8,15 @@
 #
 # Env: DEDUP_RETENTION (10m), WINDOW_RETENTION (5m), EVENT_BYTES (512), PARTITIONS (4),
 # NAME (soak): results in bench/results/$NAME.json and .png, raw samples in
-# bench/results/raw/$NAME-*.jsonl. ALLOW_DIRTY=1 measures a binary built from a dirty tree
-# (refused otherwise: figures come from committed binaries only); TIDEMARK_BIN picks the
-# binary (record its revision with TIDEMARK_REV when it was built elsewhere).
+# bench/results/raw/$NAME-* (gzipped). The binary is HEAD built in a clean worktree (see
+# ensure_tidemark in bench/lib/common.sh for TIDEMARK_BIN/TIDEMARK_REV, BENCH_REV, ALLOW_DIRTY).
 # The input topics keep 10 minutes of log (the processor keeps up, so nothing unread is
 # deleted); the broker's disk is reported beside tidemark's but is not what is judged.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 RATE="${1:-20000}"; DURATION_S="${2:-1800}"; PARTITIONS="${PARTITIONS:-4}"
 DEDUP_RETENTION="${DEDUP_RETENTION:-10m}"; WINDOW_RETENTION="${WINDOW_RETENTION:-5m}"
-if [ -z "${TIDEMARK_BIN:-}" ] && [ -z "${ALLOW_DIRTY:-}" ] && ! git -C "$ROOT" diff --quiet HEAD 2>/dev/null; then
-  blog "the working tree is dirty: build a committed revision (TIDEMARK_BIN, TIDEMARK_REV) or set ALLOW_DIRTY=1"; exit 2
-fi
 ensure_tidemark; broker_up
-[ -n "${TIDEMARK_REV:-}" ] && BIN_INFO="$BIN_INFO (built from $TIDEMARK_REV)"
 scenario_begin soak
 HTTP=$(free_port)
 scenario_topology
@@ -64,8 +59,8 @@ sleep 15
 kill "$SP" 2>/dev/null || true; wait "$SP" 2>/dev/null || true
 mkdir -p "$RESULTS/raw"
 N="${NAME:-soak}"
-cp "$WORK/samples.jsonl" "$RESULTS/raw/$N-samples.jsonl"; cp "$WORK/disk.jsonl" "$RESULTS/raw/$N-disk.jsonl"
-cp "$WORK/gen.log" "$RESULTS/raw/$N-gen.log"
+gzip -9c "$WORK/samples.jsonl" > "$RESULTS/raw/$N-samples.jsonl.gz"; cp "$WORK/disk.jsonl" "$RESULTS/raw/$N-disk.jsonl"
+gzip -9c "$WORK/gen.log" > "$RESULTS/raw/$N-gen.log.gz"
 META=$(python3 -c "import json,sys; print(json.dumps({'rate': int(sys.argv[1]), 'duration_s': int(sys.argv[2]), 'dedup_retention': sys.argv[3], 'window_retention': sys.argv[4], 'event_bytes': int(sys.argv[5]), 'partitions': int(sys.argv[6]), 'start': float(sys.argv[7]), 'end': float(sys.argv[8]), 'machine': json.loads(sys.argv[9])}))" \
   "$RATE" "$DURATION_S" "$DEDUP_RETENTION" "$WINDOW_RETENTION" "${EVENT_BYTES:-512}" "$PARTITIONS" "$a" "$b" "$MACHINE")
 python3 "$BENCH/lib/soak.py" "$RESULTS/$N.json" "$RESULTS/$N.png" --samples "$WORK/samples.jsonl" \
