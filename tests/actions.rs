@@ -1,5 +1,11 @@
 //! The inventory anomaly path end to end: a real broker, real HTTP endpoints on 127.0.0.1,
 //! the `tidemark run` binary as users run it.
+//!
+//! Which actions the topology fires, with which keys and payloads, whatever the pacing or
+//! interleaving, is tested without a broker in `tests/driver.rs`. These tests check what
+//! only the real runtime does: delivery, retries, audit, dead letters, several processes and
+//! crashes. They wait for conditions (audit records, exit at the end of the log), never for
+//! a fixed time.
 
 mod common;
 
@@ -140,14 +146,14 @@ fn a_scripted_scenario_fires_exactly_the_expected_actions_and_shadow_rules_never
     // The same event again: a duplicate must change nothing.
     produce(&s.orders, "o2", &v2_line("e2", "o2", "ORDER_PLACED", T0 + 61_000, "SKU-A", 4));
 
-    let got = wait_for(Duration::from_secs(60), "two actions at the action endpoint", || {
-        let r = actions.requests();
-        (r.len() >= 2).then_some(r)
+    // Once both attempts are audited as delivered and the shadow row is audited, every row
+    // of this input is final: nothing more is sent for it.
+    let records = wait_for(Duration::from_secs(60), "two delivered attempts and the shadow action audited", || {
+        let a = audit(&s);
+        let delivered = a.iter().filter(|r| r["event"] == "attempt" && r["reason"] == "delivered").count();
+        (delivered >= 2 && a.iter().any(|r| r["event"] == "shadow")).then_some(a)
     });
-    // Give a wrong extra action time to show up before judging.
-    std::thread::sleep(Duration::from_secs(3));
-    let got = if actions.request_count() > got.len() { actions.requests() } else { got };
-    let keys = by_key(&got);
+    let keys = by_key(&actions.requests());
     let expected: Vec<String> = vec![
         "low_stock:v1:SKU-A:snapshot:2026-11-28T10:00:00.000Z".into(),
         "oversell:v1:SKU-A:snapshot:2026-11-28T10:00:00.000Z".into(),
@@ -166,10 +172,6 @@ fn a_scripted_scenario_fires_exactly_the_expected_actions_and_shadow_rules_never
     assert_eq!(low["action"], "replenish");
     assert_eq!(notify.request_count(), 0, "the velocity rule is in shadow mode: it must never call");
 
-    let records = wait_for(Duration::from_secs(30), "audit of the shadow action", || {
-        let a = audit(&s);
-        a.iter().any(|r| r["event"] == "shadow").then_some(a)
-    });
     let shadow: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "shadow").collect();
     assert_eq!(shadow.len(), 1);
     assert_eq!(shadow[0]["key"], "velocity_spike:v1:SKU-B:window:2026-11-28T10:02:00.000Z");
@@ -191,20 +193,18 @@ fn an_endpoint_failing_with_5xx_then_recovering_gets_the_action_once_per_key_wit
     snapshot(&s, "SKU-C", 1, "2026-11-28T10:00:00Z");
     produce(&s.orders, "o9", &v2_line("e9", "o9", "ORDER_PLACED", T0 + 60_000, "SKU-C", 2));
 
-    let got = wait_for(Duration::from_secs(60), "a 2xx after three 503s", || {
-        let r = actions.requests();
-        (r.len() >= 4).then_some(r)
+    // The delivered attempt is audited once the row is final: no retry can follow it.
+    let a = wait_for(Duration::from_secs(60), "four audited attempts, the last delivered", || {
+        let a = audit(&s);
+        let attempts = a.iter().filter(|r| r["event"] == "attempt").count();
+        (attempts >= 4 && a.iter().any(|r| r["event"] == "attempt" && r["reason"] == "delivered")).then_some(a)
     });
-    std::thread::sleep(Duration::from_secs(2));
     assert_eq!(actions.request_count(), 4, "retries stop at the first 2xx");
-    let keys = by_key(&got);
+    let keys = by_key(&actions.requests());
     assert_eq!(keys.len(), 1);
     let bodies = keys.values().next().expect("one key");
     assert!(bodies.windows(2).all(|w| w[0] == w[1]), "every attempt carries the same payload bytes");
-    let a = wait_for(Duration::from_secs(30), "four audited attempts", || {
-        let a = audit(&s);
-        (a.iter().filter(|r| r["event"] == "attempt").count() >= 4).then_some(a)
-    });
+    assert_eq!(a.iter().filter(|r| r["event"] == "attempt").count(), 4);
     assert_eq!(a.iter().filter(|r| r["event"] == "attempt" && r["reason"] == "delivered").count(), 1);
 }
 
@@ -219,35 +219,32 @@ fn a_409_counts_as_done_and_a_422_is_dead_lettered_and_audited_without_retries()
     snapshot(&s, "SKU-D", 1, "2026-11-28T10:00:00Z");
     produce(&s.orders, "o7", &v2_line("e7", "o7", "ORDER_PLACED", T0 + 60_000, "SKU-D", 2));
 
-    wait_for(Duration::from_secs(60), "one request at each endpoint", || {
-        (conflict.request_count() >= 1 && rejecting.request_count() >= 1).then_some(())
+    // Both outcomes audited: both rows are final, so no retry can follow.
+    let a = wait_for(Duration::from_secs(60), "the 409 and the 422 audited", || {
+        let a = audit(&s);
+        let conflict = a.iter().any(|r| r["status"] == 409);
+        let rejected = a.iter().any(|r| r["status"] == 422);
+        (conflict && rejected).then_some(a)
     });
     let dead = wait_for(Duration::from_secs(30), "the rejected action in the action dead-letter topic", || {
         let d = read(&s.topo.dashboard.replace(".dashboard", ".action-dead-letter"));
         (!d.is_empty()).then_some(d)
     });
-    std::thread::sleep(Duration::from_secs(2));
     assert_eq!(conflict.request_count(), 1, "409 means done: no retry");
     assert_eq!(rejecting.request_count(), 1, "422 is permanent: no retry");
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].key(), Some("low_stock:v1:SKU-D:snapshot:2026-11-28T10:00:00.000Z".as_bytes()));
-    let a = audit(&s);
     assert!(a
         .iter()
         .any(|r| r["status"] == 422 && r["reason"].as_str().is_some_and(|x| x.starts_with("permanent failure"))));
     assert!(a.iter().any(|r| r["status"] == 409 && r["reason"] == "conflict"));
 }
 
-/// Waits until the server has seen requests and none arrived for `quiet`.
-fn settled(server: &TestServer, quiet: Duration) -> Vec<Recorded> {
-    let mut last = (usize::MAX, std::time::Instant::now());
-    wait_for(Duration::from_secs(120), "the action stream to settle", || {
-        let n = server.request_count();
-        if n != last.0 {
-            last = (n, std::time::Instant::now());
-        }
-        (n > 0 && last.1.elapsed() >= quiet).then(|| server.requests())
-    })
+/// Runs the processor with `--exit-at-end`: it stops once the log is processed and every
+/// action it produced is delivered; returns what the server received.
+fn run_through(s: &Scenario, server: &TestServer) -> Vec<Recorded> {
+    run_to_end(&s.topo, s._state.path(), &unique("g"));
+    server.requests()
 }
 
 /// A second run over the same input topics, with its own outputs and endpoint.
@@ -267,16 +264,19 @@ fn actions_do_not_depend_on_pacing_batch_sizes_or_how_partitions_are_split_betwe
         t.replace("commit_interval = \"100ms\"", "commit_interval = \"20ms\"")
             .replace("max_batch_records = 2000", "max_batch_records = 7")
     });
-    let _one = start(&a);
     let group = unique("g");
     let member = |n: &str| {
         let child = member_command(&b.topo, &b._state.path().join(n), &group, &format!("{group}-{n}")).spawn();
         Running(child.expect("spawn"), None)
     };
     let (_two, _three) = (member("1"), member("2"));
-    let x = by_key(&settled(&a_server, Duration::from_secs(6)));
-    let y = by_key(&settled(&b_server, Duration::from_secs(6)));
+    let x = by_key(&run_through(&a, &a_server));
     assert!(x.len() >= 3, "the history must fire several actions, got {}", x.len());
+    // The group has no end to wait for: poll until it has sent at least the same keys.
+    let y = wait_for(Duration::from_secs(120), "the two-process group to send every key", || {
+        let y = by_key(&b_server.requests());
+        x.keys().all(|k| y.contains_key(k)).then_some(y)
+    });
     assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>(), "the same action keys");
     for (k, bodies) in &x {
         assert_eq!(bodies[0], y[k][0], "payload of {k}");
@@ -292,10 +292,7 @@ fn a_kill_between_a_2xx_and_the_outbox_update_and_the_whole_log_replayed_create_
     let clean = scenario(&all_act, clean_server.url("/a").as_str(), clean_server.url("/n").as_str());
     generate(&clean.orders, GEN_ACTIONS);
     let faulty = sibling(&clean, &all_act, faulty_server.url("/a").as_str(), |t| t);
-    let reference = by_key(&{
-        let _run = start(&clean);
-        settled(&clean_server, Duration::from_secs(6))
-    });
+    let reference = by_key(&run_through(&clean, &clean_server));
 
     let group = unique("g");
     let dir = faulty._state.path().to_path_buf();
@@ -305,12 +302,11 @@ fn a_kill_between_a_2xx_and_the_outbox_update_and_the_whole_log_replayed_create_
         wait_for(Duration::from_secs(60), "the failpoint to abort the process", || crashed.try_wait().ok().flatten());
     assert!(!status.success());
     let crashed_at = std::time::Instant::now();
-    let _restarted = Running(spawn_run(&faulty.topo, &dir, &group, &[]), None);
-    settled(&faulty_server, Duration::from_secs(6));
-    // The whole log, appended a second time.
+    // The whole log, appended a second time; the restarted process runs to the end of it and
+    // until every action it produced is delivered.
     copy_log(&clean.orders, &clean.orders, 1);
     copy_log(&format!("{}.inventory", clean.orders), &format!("{}.inventory", clean.orders), 1);
-    std::thread::sleep(Duration::from_secs(8));
+    run_to_end(&faulty.topo, &dir, &group);
     let requests = faulty_server.requests();
     let got = by_key(&requests);
 
