@@ -114,6 +114,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
                 (PartitionId::ORDERS, topology.orders.topic.clone()),
                 (PartitionId::INVENTORY, topology.inventory.topic.clone()),
                 (PartitionId::SKU_REPARTITION, topology.sku_repartition.topic.clone()),
+                (PartitionId::COMBINE, topology.combine_repartition.topic.clone()),
             ],
             stats: &stats,
             progress: &progress,

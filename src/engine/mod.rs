@@ -2,6 +2,7 @@
 //! and output records. No Kafka here: the engine sees plain records and a state store, so it
 //! is tested without a broker and drives the stream, micro-batch and batch modes alike.
 
+pub mod combine;
 pub mod derive;
 pub mod inventory;
 pub mod outbox;

@@ -10,6 +10,12 @@ pub enum Sink {
     Late,
     /// The internal SKU repartition topic (always with an explicit partition).
     Repartition,
+    /// The internal combine repartition topic (always with an explicit partition).
+    Combine,
+    /// One row per window × store × currency (the sum of the dashboard partials).
+    DashboardCombined,
+    /// One row per day × store × currency (the sum of the provisional partials).
+    FinanceCombined,
 }
 
 /// Header names carried by dead-letter and late records (values are UTF-8).

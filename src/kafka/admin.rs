@@ -9,7 +9,7 @@ use tidemark_topology::config::{TopicSpec, Topology};
 
 use super::KafkaSettings;
 
-/// How long the internal SKU repartition topic keeps records: a SKU task further behind
+/// How long the internal repartition topics (SKU, combine) keep records: a task further behind
 /// than this finds its next records deleted and stops with the lost range (SPEC §1.4),
 /// never skipping them silently. A day covers any outage the 10 s action budget cares
 /// about while keeping the broker's disk bounded (~4 MB/s of repartition traffic at 20k
@@ -45,7 +45,7 @@ enum Role {
 /// Creates every topic of the topology that does not exist yet. Existing topics are left
 /// as they are. Returns the names created.
 pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: i32) -> anyhow::Result<Vec<String>> {
-    let roles: [(&TopicSpec, Role); 11] = [
+    let roles: [(&TopicSpec, Role); 14] = [
         (&t.orders, Role::Input),
         (&t.inventory, Role::Input),
         (&t.dashboard, Role::Output),
@@ -57,6 +57,9 @@ pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: 
         (&t.finance_provisional, Role::Output),
         (&t.finance_close, Role::Output),
         (&t.finance_manifest, Role::Output),
+        (&t.dashboard_combined, Role::Output),
+        (&t.finance_provisional_combined, Role::Output),
+        (&t.combine_repartition, Role::Repartition),
     ];
     create(settings, &roles, replication).await
 }

@@ -102,6 +102,9 @@ pub struct OutputSink {
     dead_letter: String,
     late: String,
     repartition: String,
+    combine: String,
+    dashboard_combined: String,
+    finance_combined: String,
 }
 
 impl OutputSink {
@@ -129,6 +132,9 @@ impl OutputSink {
             dead_letter: t.dead_letter.topic.clone(),
             late: t.late.topic.clone(),
             repartition: t.sku_repartition.topic.clone(),
+            combine: t.combine_repartition.topic.clone(),
+            dashboard_combined: t.dashboard_combined.topic.clone(),
+            finance_combined: t.finance_provisional_combined.topic.clone(),
         })
     }
 
@@ -151,6 +157,9 @@ impl OutputSink {
             Sink::DeadLetter => &self.dead_letter,
             Sink::Late => &self.late,
             Sink::Repartition => &self.repartition,
+            Sink::Combine => &self.combine,
+            Sink::DashboardCombined => &self.dashboard_combined,
+            Sink::FinanceCombined => &self.finance_combined,
         }
     }
 

@@ -6,10 +6,12 @@
 //! 2. no SKU task holds records for the merge;
 //! 3. the action runtime has no row queued or in delivery, and no shadow row whose audit is
 //!    unacknowledged (its [`Backlog`](crate::actions::Backlog));
-//! 4. the SKU tasks consumed their repartition partitions up to a *look* taken at an earlier
-//!    check: the partitions' high watermarks, read after the commit in flight completed (so
-//!    every line and snapshot derived so far was acknowledged, hence lies below them),
-//!    together with the upstream tasks' positions. A look stays valid while those positions
+//! 4. the SKU and combine tasks consumed their internal partitions (SKU repartition,
+//!    combine repartition) up to a *look* taken at an earlier check: the partitions' high
+//!    watermarks, read after the commit in flight completed (so every line, snapshot and
+//!    partial derived so far was acknowledged, hence lies below them), together with the
+//!    upstream tasks' positions; a combine task's rows are then written and acknowledged
+//!    by the commit that consumed them. A look stays valid while those positions
 //!    stay the same, i.e. nothing was derived since. Progress marks appended after the look
 //!    are not waited for: with nothing buffered they release nothing, and a caught-up
 //!    upstream writes a new one every commit, so a look at the newest would never be reached;
@@ -33,7 +35,7 @@ use rdkafka::consumer::Consumer;
 use tidemark_state::PartitionId;
 use tracing::{debug, info, warn};
 
-use super::tasks::SKU_REPARTITION;
+use super::tasks::{is_internal, SKU_REPARTITION};
 use super::{Consumer_, Runner};
 use crate::actions;
 
@@ -83,21 +85,21 @@ impl Drain {
     }
 }
 
-/// The owned repartition partitions' log ends at one check, and the upstream positions
-/// whose derived records they include.
+/// The owned internal partitions' log ends at one check, and the upstream positions whose
+/// derived records they include.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Look {
-    ends: BTreeMap<i32, i64>,
+    ends: BTreeMap<PartitionId, i64>,
     upstream: BTreeMap<PartitionId, i64>,
 }
 
 impl Look {
-    /// Every record the look saw was consumed (`sku`: next offset per SKU partition), and no
-    /// upstream task moved since, so nothing was derived after it.
-    fn reached(&self, upstream: &BTreeMap<PartitionId, i64>, sku: &BTreeMap<i32, i64>) -> bool {
+    /// Every record the look saw was consumed (`internal`: next offset per SKU and combine
+    /// partition), and no upstream task moved since, so nothing was derived after it.
+    fn reached(&self, upstream: &BTreeMap<PartitionId, i64>, internal: &BTreeMap<PartitionId, i64>) -> bool {
         self.upstream == *upstream
-            && self.ends.len() == sku.len()
-            && sku.iter().all(|(p, next)| self.ends.get(p).is_some_and(|end| next >= end))
+            && self.ends.len() == internal.len()
+            && internal.iter().all(|(p, next)| self.ends.get(p).is_some_and(|end| next >= end))
     }
 }
 
@@ -110,7 +112,7 @@ impl Runner {
             return Ok(false);
         }
         let inputs_at_end =
-            self.tasks.iter().filter(|(id, _)| id.source != SKU_REPARTITION).all(|(id, t)| self.idle(consumer, *id, t));
+            self.tasks.iter().filter(|(id, _)| !is_internal(id.source)).all(|(id, t)| self.idle(consumer, *id, t));
         if inputs_at_end {
             self.drain.inputs_at_end.get_or_insert_with(Instant::now);
             if self.derived_work_done(consumer)? {
@@ -146,9 +148,9 @@ impl Runner {
         }
         // The batch in flight: then its outputs are acknowledged and its rows handed over.
         self.complete(consumer)?;
-        let (upstream, sku) = self.positions();
-        if !self.drain.look.as_ref().is_some_and(|l| l.reached(&upstream, &sku)) {
-            self.drain.look = self.look(consumer, upstream, &sku);
+        let (upstream, internal) = self.positions();
+        if !self.drain.look.as_ref().is_some_and(|l| l.reached(&upstream, &internal)) {
+            self.drain.look = self.look(consumer, upstream, &internal);
             return Ok(false);
         }
         let Some(backlog) = backlog else { return Ok(true) };
@@ -159,37 +161,36 @@ impl Runner {
         Ok(backlog.is_empty())
     }
 
-    /// Next offsets of the upstream tasks, and of the SKU tasks by partition.
-    fn positions(&self) -> (BTreeMap<PartitionId, i64>, BTreeMap<i32, i64>) {
+    /// Next offsets of the upstream tasks, and of the internal (SKU, combine) tasks.
+    fn positions(&self) -> (BTreeMap<PartitionId, i64>, BTreeMap<PartitionId, i64>) {
         let mut upstream = BTreeMap::new();
-        let mut sku = BTreeMap::new();
+        let mut internal = BTreeMap::new();
         for (id, t) in &self.tasks {
-            if id.source == SKU_REPARTITION {
-                sku.insert(id.partition, t.next_offset());
+            if is_internal(id.source) {
+                internal.insert(*id, t.next_offset());
             } else {
                 upstream.insert(*id, t.next_offset());
             }
         }
-        (upstream, sku)
+        (upstream, internal)
     }
 
-    /// Reads the owned repartition partitions' high watermarks; `None` when the broker did
-    /// not answer (the next check tries again).
+    /// Reads the owned internal partitions' high watermarks; `None` when the broker did not
+    /// answer (the next check tries again).
     fn look(
         &self,
         consumer: &Consumer_,
         upstream: BTreeMap<PartitionId, i64>,
-        sku: &BTreeMap<i32, i64>,
+        internal: &BTreeMap<PartitionId, i64>,
     ) -> Option<Look> {
-        let topic = &self.opts.topology.sku_repartition.topic;
         let mut ends = BTreeMap::new();
-        for p in sku.keys() {
-            match consumer.fetch_watermarks(topic, *p, Duration::from_secs(5)) {
+        for id in internal.keys() {
+            match consumer.fetch_watermarks(self.topic_of(*id), id.partition, Duration::from_secs(5)) {
                 Ok((_, high)) => {
-                    ends.insert(*p, high);
+                    ends.insert(*id, high);
                 }
                 Err(e) => {
-                    debug!(partition = %PartitionId { source: SKU_REPARTITION, partition: *p }, error = %e, "cannot read the log end");
+                    debug!(partition = %id, error = %e, "cannot read the log end");
                     return None;
                 }
             }
@@ -232,22 +233,44 @@ mod tests {
         entries.iter().map(|(p, o)| (PartitionId { source: 0, partition: *p }, *o)).collect()
     }
 
+    fn sku(entries: &[(i32, i64)]) -> BTreeMap<PartitionId, i64> {
+        entries.iter().map(|(p, o)| (PartitionId::sku(*p), *o)).collect()
+    }
+
     fn look() -> Look {
-        Look { ends: [(0, 10), (1, 4)].into(), upstream: up(&[(0, 100), (1, 50)]) }
+        let mut ends = sku(&[(0, 10), (1, 4)]);
+        ends.insert(PartitionId { source: PartitionId::COMBINE, partition: 0 }, 20);
+        Look { ends, upstream: up(&[(0, 100), (1, 50)]) }
+    }
+
+    fn with_combine(mut positions: BTreeMap<PartitionId, i64>, next: i64) -> BTreeMap<PartitionId, i64> {
+        positions.insert(PartitionId { source: PartitionId::COMBINE, partition: 0 }, next);
+        positions
     }
 
     #[test]
-    fn a_look_is_reached_once_every_sku_partition_consumed_its_log_end_and_no_upstream_moved() {
+    fn a_look_is_reached_once_every_internal_partition_consumed_its_log_end_and_no_upstream_moved() {
         let l = look();
-        assert!(l.reached(&up(&[(0, 100), (1, 50)]), &[(0, 10), (1, 7)].into()));
-        assert!(!l.reached(&up(&[(0, 100), (1, 50)]), &[(0, 9), (1, 7)].into()), "partition 0 short of its end");
+        assert!(l.reached(&up(&[(0, 100), (1, 50)]), &with_combine(sku(&[(0, 10), (1, 7)]), 20)));
+        assert!(
+            !l.reached(&up(&[(0, 100), (1, 50)]), &with_combine(sku(&[(0, 9), (1, 7)]), 20)),
+            "SKU partition 0 short of its end"
+        );
+        assert!(
+            !l.reached(&up(&[(0, 100), (1, 50)]), &with_combine(sku(&[(0, 10), (1, 7)]), 19)),
+            "the combine partition short of its end"
+        );
     }
 
     #[test]
     fn a_look_taken_before_an_upstream_moved_or_the_assignment_changed_is_not_reached() {
         let l = look();
-        assert!(!l.reached(&up(&[(0, 101), (1, 50)]), &[(0, 10), (1, 4)].into()), "upstream derived more since");
-        assert!(!l.reached(&up(&[(0, 100)]), &[(0, 10), (1, 4)].into()), "an upstream partition went away");
-        assert!(!l.reached(&up(&[(0, 100), (1, 50)]), &[(0, 10), (1, 4), (2, 0)].into()), "a SKU partition came");
+        let internal = with_combine(sku(&[(0, 10), (1, 4)]), 20);
+        assert!(!l.reached(&up(&[(0, 101), (1, 50)]), &internal), "upstream derived more since");
+        assert!(!l.reached(&up(&[(0, 100)]), &internal), "an upstream partition went away");
+        assert!(
+            !l.reached(&up(&[(0, 100), (1, 50)]), &with_combine(sku(&[(0, 10), (1, 4), (2, 0)]), 20)),
+            "a SKU partition came"
+        );
     }
 }

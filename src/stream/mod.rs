@@ -2,9 +2,11 @@
 //!
 //! One OS thread owns the consumer, the tasks and the producer (rdkafka's `BaseConsumer` is
 //! several times faster per message than the stream consumer). Blocking here is fine: no
-//! async executor runs on this thread. It consumes three topics in one group: `orders`
-//! and `inventory` (upstream tasks) and the internal SKU repartition topic (SKU tasks).
+//! async executor runs on this thread. It consumes four topics in one group: `orders`
+//! and `inventory` (upstream tasks), the internal SKU repartition topic (SKU tasks) and the
+//! internal combine repartition topic (combine tasks, [`combine`]).
 
+mod combine;
 mod committer;
 mod drain;
 mod gap;
@@ -26,6 +28,7 @@ use tidemark_topology::config::Topology;
 use tidemark_topology::logical::LogicalTime;
 use tracing::{info, warn};
 
+use crate::engine::combine::{CombineTask, CombineTaskConfig};
 use crate::engine::derive::Derived;
 use crate::engine::inventory::InventoryTask;
 use crate::engine::outbox::OutboxRow;
@@ -40,7 +43,7 @@ use crate::telemetry::Progress;
 use committer::{Committer, Job, Shared};
 pub use drain::DrainTimeout;
 use partitions::check_partition_counts;
-use tasks::{Task, INVENTORY, ORDERS, SKU_REPARTITION};
+use tasks::{is_internal, Task, COMBINE, INVENTORY, ORDERS, SKU_REPARTITION};
 
 pub use crate::actions::RowSender;
 
@@ -99,6 +102,8 @@ struct Runner {
     task_cfg: TaskConfig,
     sku_cfg: SkuTaskConfig,
     sku_partitions: i32,
+    combine_cfg: CombineTaskConfig,
+    combine: combine::Forwarder,
     last_marks: BTreeMap<PartitionId, LogicalTime>,
     latencies: Latencies,
     /// When the oldest record of the current batch was consumed.
@@ -164,7 +169,12 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         Some(s) => Arc::clone(s),
         None => open_store(&opts)?,
     };
-    let sources = vec![t.orders.topic.clone(), t.inventory.topic.clone(), t.sku_repartition.topic.clone()];
+    let sources = vec![
+        t.orders.topic.clone(),
+        t.inventory.topic.clone(),
+        t.sku_repartition.topic.clone(),
+        t.combine_repartition.topic.clone(),
+    ];
     let context = TaskContext {
         store: Arc::clone(&store),
         sources: sources.clone(),
@@ -221,6 +231,13 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         rules: t.rules.clone(),
         window: t.dashboard_window,
     };
+    let combine_cfg = CombineTaskConfig {
+        topic: t.combine_repartition.topic.clone(),
+        upstreams: counts[0],
+        window: t.dashboard_window,
+        finance_tz: t.finance_time_zone,
+    };
+    let combine = combine::Forwarder::new(counts[3]);
     let latencies = Latencies::default();
     let committer = Committer::start(Shared {
         store: Arc::clone(&store),
@@ -244,6 +261,8 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         task_cfg,
         sku_cfg,
         sku_partitions,
+        combine_cfg,
+        combine,
         last_marks: BTreeMap::new(),
         latencies,
         batch_started: None,
@@ -262,6 +281,8 @@ impl Runner {
             Some(INVENTORY)
         } else if topic == t.sku_repartition.topic {
             Some(SKU_REPARTITION)
+        } else if topic == t.combine_repartition.topic {
+            Some(COMBINE)
         } else {
             None
         }
@@ -310,7 +331,7 @@ impl Runner {
                             SourceRecord { key: msg.key(), value: msg.payload(), append_ms, offset: msg.offset() };
                         if task.ingest(rec, &mut self.out, &self.opts.stats) {
                             taken += 1;
-                            if source != SKU_REPARTITION {
+                            if !is_internal(source) {
                                 let now_ms = base_wall_ms + i64::try_from((now - base).as_millis()).unwrap_or(0);
                                 let age_ms = now_ms - append_ms;
                                 self.latencies.append_to_consume.record(age_ms.max(0) as f64 / 1000.0);
@@ -379,6 +400,7 @@ impl Runner {
                 self.sku_partitions,
                 self.opts.topology.normalize,
             )?),
+            COMBINE => Task::Combine(Box::new(CombineTask::restore(&self.store, id, self.combine_cfg.clone())?)),
             _ => Task::Sku(Box::new(SkuTask::restore(&self.store, id, self.sku_cfg.clone())?)),
         };
         let mut task = task;
@@ -396,6 +418,7 @@ impl Runner {
                     for id in ids {
                         self.tasks.remove(&id);
                         self.last_marks.remove(&id);
+                        self.combine.revoked(id);
                         self.opts.progress.revoked(id);
                         if id.source == SKU_REPARTITION {
                             if let Ok(mut o) = self.opts.sku_owned.lock() {
@@ -442,6 +465,7 @@ impl Runner {
         match id.source {
             ORDERS => &t.orders.topic,
             INVENTORY => &t.inventory.topic,
+            COMBINE => &t.combine_repartition.topic,
             _ => &t.sku_repartition.topic,
         }
     }
@@ -547,8 +571,9 @@ impl Runner {
     /// Makes everything processed so far durable, in this order:
     /// 1. the batch in flight, if any, is waited for (so this finish reads its writes);
     /// 2. each task stages its state changes (dedup entries, aggregates, SKU state, merge
-    ///    buffer, outbox rows) and its checkpoint into one `WriteBatch`, and emits outputs;
-    /// 3. upstream tasks emit their progress marks;
+    ///    buffer, outbox rows, combine partials) and its checkpoint into one `WriteBatch`,
+    ///    and emits outputs; the partials are copied to the combine topic by aggregate key;
+    /// 3. upstream tasks emit their progress marks (SKU merge and combine expiry);
     /// 4. every output record is queued in the producer;
     /// 5. on the commit thread ([`committer`]): every output is acknowledged by the broker,
     ///    then the batch is written with fsync (state, outbox rows and input offsets move
@@ -565,10 +590,13 @@ impl Runner {
         let store = Arc::clone(&self.store);
         let mut batch = store.batch();
         let mut progressed = Vec::new();
+        let finished_from = self.out.len();
         for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
             task.finish(&store, &mut batch, &mut self.out, &mut self.rows, &self.opts.stats)?;
             progressed.push((*id, task.next_offset(), task.dedup_horizon()));
         }
+        self.combine.forward(&mut self.out, finished_from);
+        self.combine.marks(self.tasks.iter(), &mut self.out);
         if self.sku_partitions > 0 {
             self.marks(consumer);
         }

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use tidemark_state::Store;
 
 /// The role names of the sources, in `PartitionId::source` order.
-const ROLES: [&str; 3] = ["orders", "inventory", "sku-repartition"];
+const ROLES: [&str; 4] = ["orders", "inventory", "sku-repartition", "combine-repartition"];
 
 fn record_name(role: &str) -> String {
     format!("partition-count/{role}")

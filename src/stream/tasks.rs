@@ -2,6 +2,7 @@
 
 use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
 
+use crate::engine::combine::CombineTask;
 use crate::engine::derive::Derived;
 use crate::engine::inventory::InventoryTask;
 use crate::engine::outbox::OutboxRow;
@@ -12,6 +13,12 @@ use crate::engine::{OutputRecord, PartitionTask, SourceRecord, Stats};
 pub const ORDERS: u16 = PartitionId::ORDERS;
 pub const INVENTORY: u16 = PartitionId::INVENTORY;
 pub const SKU_REPARTITION: u16 = PartitionId::SKU_REPARTITION;
+pub const COMBINE: u16 = PartitionId::COMBINE;
+
+/// Internal topics: written by upstream tasks of this topology, consumed by downstream ones.
+pub fn is_internal(source: u16) -> bool {
+    source == SKU_REPARTITION || source == COMBINE
+}
 
 pub enum Task {
     /// Orders: normalise, dedup, dashboard, forward lines by SKU.
@@ -20,6 +27,8 @@ pub enum Task {
     Inventory(InventoryTask),
     /// SKU repartition: merge in logical-time order, rules, outbox.
     Sku(Box<SkuTask>),
+    /// Combine repartition: latest partial per source partition, one row per key.
+    Combine(Box<CombineTask>),
 }
 
 impl Task {
@@ -28,6 +37,7 @@ impl Task {
             Task::Orders(t) => t.checkpoint(),
             Task::Inventory(t) => t.checkpoint(),
             Task::Sku(t) => t.checkpoint(),
+            Task::Combine(t) => t.checkpoint(),
         }
     }
 
@@ -40,6 +50,7 @@ impl Task {
             Task::Orders(t) => t.has_uncommitted(),
             Task::Inventory(t) => t.has_uncommitted(),
             Task::Sku(t) => t.has_uncommitted(),
+            Task::Combine(t) => t.has_uncommitted(),
         }
     }
 
@@ -49,6 +60,7 @@ impl Task {
             Task::Orders(t) => t.skip_to(offset),
             Task::Inventory(t) => t.skip_to(offset),
             Task::Sku(t) => t.skip_to(offset),
+            Task::Combine(t) => t.skip_to(offset),
         }
     }
 
@@ -57,6 +69,7 @@ impl Task {
             Task::Orders(t) => t.ingest(rec, out, stats),
             Task::Inventory(t) => t.ingest(rec, out, stats),
             Task::Sku(t) => t.ingest(rec, out, stats),
+            Task::Combine(t) => t.ingest(rec, out, stats),
         }
     }
 
@@ -72,6 +85,7 @@ impl Task {
             Task::Orders(t) => t.finish(store, batch, out, stats),
             Task::Inventory(t) => t.finish(batch),
             Task::Sku(t) => t.finish(store, batch, rows, stats),
+            Task::Combine(t) => t.finish(batch, out),
         }
     }
 
@@ -83,12 +97,12 @@ impl Task {
         }
     }
 
-    /// The progress promise of an upstream task; `None` for SKU tasks.
+    /// The progress promise of an upstream task; `None` for SKU and combine tasks.
     pub fn mark(&self, idle_bound_ms: Option<i64>) -> Option<Derived> {
         match self {
             Task::Orders(t) => Some(t.mark(idle_bound_ms)),
             Task::Inventory(t) => Some(t.mark(idle_bound_ms)),
-            Task::Sku(_) => None,
+            Task::Sku(_) | Task::Combine(_) => None,
         }
     }
 

@@ -22,6 +22,8 @@ impl PartitionId {
     pub const INVENTORY: u16 = 1;
     /// `source` of the internal SKU repartition topic's partitions.
     pub const SKU_REPARTITION: u16 = 2;
+    /// `source` of the internal combine repartition topic's partitions.
+    pub const COMBINE: u16 = 3;
 
     pub fn orders(partition: i32) -> Self {
         PartitionId { source: Self::ORDERS, partition }
@@ -35,12 +37,14 @@ impl PartitionId {
         PartitionId { source: Self::SKU_REPARTITION, partition }
     }
 
-    /// The role of the source: `orders`, `inventory` or `sku-repartition`.
+    /// The role of the source: `orders`, `inventory`, `sku-repartition` or
+    /// `combine-repartition`.
     pub fn role(&self) -> &'static str {
         match self.source {
             Self::ORDERS => "orders",
             Self::INVENTORY => "inventory",
             Self::SKU_REPARTITION => "sku-repartition",
+            Self::COMBINE => "combine-repartition",
             _ => "source",
         }
     }
@@ -77,7 +81,9 @@ impl PartitionId {
 impl fmt::Display for PartitionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.source {
-            Self::ORDERS | Self::INVENTORY | Self::SKU_REPARTITION => write!(f, "{}[{}]", self.role(), self.partition),
+            Self::ORDERS | Self::INVENTORY | Self::SKU_REPARTITION | Self::COMBINE => {
+                write!(f, "{}[{}]", self.role(), self.partition)
+            }
             other => write!(f, "source{other}[{}]", self.partition),
         }
     }
@@ -106,6 +112,9 @@ pub enum Namespace {
     Finance = 5,
     /// Per-SKU order lines, one row per (SKU, event-time millisecond).
     SkuLines = 6,
+    /// The latest partial of every source partition per combined key, and the combine
+    /// task's record of each orders partition's progress.
+    Combine = 7,
 }
 
 #[cfg(test)]

@@ -64,6 +64,7 @@ pub fn topology(orders: &str, run: &str) -> Topo {
         .replace("tidemark.audit", &format!("{run}.audit"))
         .replace("tidemark.action-dead-letter", &format!("{run}.action-dead-letter"))
         .replace("tidemark.sku-repartition", &format!("{run}.sku-repartition"))
+        .replace("tidemark.combine-repartition", &format!("{run}.combine-repartition"))
         .replace("tidemark.finance-provisional", &format!("{run}.finance-provisional"))
         .replace("tidemark.finance-close", &format!("{run}.finance-close"))
         .replace("tidemark.finance-manifest", &format!("{run}.finance-manifest"))

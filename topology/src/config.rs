@@ -42,6 +42,13 @@ pub struct Topology {
     pub finance_close: TopicSpec,
     /// One record per published close or adjustment: what readers look up first (compacted).
     pub finance_manifest: TopicSpec,
+    /// One row per window × store × currency: the sum of the dashboard partials (compacted).
+    pub dashboard_combined: TopicSpec,
+    /// One row per day × store × currency: the sum of the provisional partials (compacted).
+    pub finance_provisional_combined: TopicSpec,
+    /// Internal topic that re-keys dashboard and provisional partials by aggregate key, with
+    /// each orders partition's progress, so one task sums every partition's latest partial.
+    pub combine_repartition: TopicSpec,
     /// How far the broker's clock may run behind ours: bounds an idle upstream's promise
     /// about future append times, and so the extra latency of the SKU merge.
     pub idle_skew_ms: i64,
@@ -222,11 +229,14 @@ struct RawSinks {
     finance_provisional: RawTopic,
     finance_close: RawTopic,
     finance_manifest: RawTopic,
+    dashboard_combined: RawTopic,
+    finance_provisional_combined: RawTopic,
 }
 
 #[derive(Deserialize)]
 struct RawInternal {
     sku_repartition: RawTopic,
+    combine_repartition: RawTopic,
     #[serde(default = "default_idle_skew")]
     idle_skew: String,
 }
@@ -522,7 +532,11 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
     let finance_provisional = c.topic("sinks.finance_provisional", raw.sinks.finance_provisional);
     let finance_close = c.topic("sinks.finance_close", raw.sinks.finance_close);
     let finance_manifest = c.topic("sinks.finance_manifest", raw.sinks.finance_manifest);
+    let dashboard_combined = c.topic("sinks.dashboard_combined", raw.sinks.dashboard_combined);
+    let finance_provisional_combined =
+        c.topic("sinks.finance_provisional_combined", raw.sinks.finance_provisional_combined);
     let sku_repartition = c.topic("internal.sku_repartition", raw.internal.sku_repartition);
+    let combine_repartition = c.topic("internal.combine_repartition", raw.internal.combine_repartition);
     let idle_skew_ms = c.duration_ms("internal.idle_skew", &raw.internal.idle_skew).unwrap_or(2_000);
     let endpoint_timeout = c.positive_ms("endpoints.timeout", &raw.endpoints.timeout).unwrap_or(5_000);
     for (path, url) in
@@ -577,7 +591,10 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         ("sinks.finance_provisional", &finance_provisional),
         ("sinks.finance_close", &finance_close),
         ("sinks.finance_manifest", &finance_manifest),
+        ("sinks.dashboard_combined", &dashboard_combined),
+        ("sinks.finance_provisional_combined", &finance_provisional_combined),
         ("internal.sku_repartition", &sku_repartition),
+        ("internal.combine_repartition", &combine_repartition),
     ] {
         if let Some(first) = seen.insert(t.topic.clone(), path) {
             c.error(format!("{path}.topic"), format!("topic `{}` is also used by {first}", t.topic));
@@ -590,6 +607,8 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         ("sinks.finance_provisional.compacted", &finance_provisional, "provisional rows are upserts"),
         ("sinks.finance_close.compacted", &finance_close, "finance rows are keyed by run id"),
         ("sinks.finance_manifest.compacted", &finance_manifest, "readers take the latest manifest per key"),
+        ("sinks.dashboard_combined.compacted", &dashboard_combined, "combined rows are upserts"),
+        ("sinks.finance_provisional_combined.compacted", &finance_provisional_combined, "combined rows are upserts"),
     ] {
         if !spec.compacted {
             c.error(path, format!("{what}: the topic must be compacted"));
@@ -671,6 +690,9 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         finance_provisional,
         finance_close,
         finance_manifest,
+        dashboard_combined,
+        finance_provisional_combined,
+        combine_repartition,
         idle_skew_ms,
         endpoints: Endpoints {
             action_url: raw.endpoints.action_url,

@@ -76,7 +76,7 @@ impl Published {
                     self.late.push((r.value, append_ms));
                 }
                 Sink::DeadLetter => self.dead_letters += 1,
-                Sink::Repartition => {}
+                Sink::Repartition | Sink::Combine | Sink::DashboardCombined | Sink::FinanceCombined => {}
             }
         }
     }

@@ -1,0 +1,121 @@
+//! Feeding the combine repartition topic (SPEC §6): the second repartition, by aggregate key.
+//!
+//! At every commit, after the tasks finished, each dashboard and provisional partial the
+//! orders tasks emitted is copied to the combine topic, keyed by its combined key (the
+//! partial's key without `|p<n>`) and sent to partition `FNV-1a(key) mod n`, the hash of the
+//! SKU repartition. Then each orders task whose maximum event time moved sends a mark to
+//! every combine partition: "my partials from now on were computed with at least this".
+//! Marks follow the partials they cover in the producer's queue, so within a combine
+//! partition a key's last forward partial always precedes the mark that expires it.
+//!
+//! The copy is the partial's own bytes inside `{"dashboard":…}` / `{"finance":…}`: nothing
+//! is parsed or re-encoded on the way.
+
+use std::collections::BTreeMap;
+
+use tidemark_state::PartitionId;
+use tidemark_topology::combine::{combined_key, CombineInput};
+
+use super::tasks::{Task, ORDERS};
+use crate::engine::derive::sku_partition;
+use crate::engine::{OutputRecord, Sink};
+
+pub(super) struct Forwarder {
+    /// Partitions of the combine topic.
+    partitions: i32,
+    /// The last maximum event time marked per orders partition.
+    marked: BTreeMap<i32, i64>,
+}
+
+impl Forwarder {
+    pub(super) fn new(partitions: i32) -> Self {
+        Forwarder { partitions, marked: BTreeMap::new() }
+    }
+
+    /// Copies the partials in `out[from..]` to the combine topic, by combined key.
+    pub(super) fn forward(&self, out: &mut Vec<OutputRecord>, from: usize) {
+        let end = out.len();
+        for i in from..end {
+            let kind = match out[i].sink {
+                Sink::Dashboard => "dashboard",
+                Sink::Finance => "finance",
+                _ => continue,
+            };
+            let Some(key) = out[i].key.as_deref() else { continue };
+            let key = combined_key(key).to_vec();
+            let partition = sku_partition(&String::from_utf8_lossy(&key), self.partitions);
+            let value = CombineInput::wrap(kind, &out[i].value);
+            out.push(OutputRecord {
+                sink: Sink::Combine,
+                key: Some(key),
+                value,
+                headers: Vec::new(),
+                partition: Some(partition),
+            });
+        }
+    }
+
+    /// Marks of the orders tasks whose maximum event time moved since their last mark, to
+    /// every combine partition. A replay after a restart marks lower values again; combine
+    /// tasks keep the highest.
+    pub(super) fn marks<'a>(
+        &mut self,
+        tasks: impl Iterator<Item = (&'a PartitionId, &'a Task)>,
+        out: &mut Vec<OutputRecord>,
+    ) {
+        for (id, task) in tasks.filter(|(id, _)| id.source == ORDERS) {
+            let Some(max_event_ms) = task.checkpoint().max_event_ms else { continue };
+            if self.marked.get(&id.partition).is_some_and(|m| *m >= max_event_ms) {
+                continue;
+            }
+            self.marked.insert(id.partition, max_event_ms);
+            let value = CombineInput::mark_bytes(id.partition, max_event_ms);
+            for p in 0..self.partitions {
+                out.push(OutputRecord {
+                    sink: Sink::Combine,
+                    key: None,
+                    value: value.clone(),
+                    headers: Vec::new(),
+                    partition: Some(p),
+                });
+            }
+        }
+    }
+
+    /// A revoked orders partition: its next owner marks again from its own checkpoint.
+    pub(super) fn revoked(&mut self, id: PartitionId) {
+        if id.source == ORDERS {
+            self.marked.remove(&id.partition);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partials_are_copied_by_combined_key_and_other_outputs_are_not() {
+        let f = Forwarder::new(4);
+        let partial = |sink, key: &str| OutputRecord {
+            sink,
+            key: Some(key.as_bytes().to_vec()),
+            value: b"{\"v\":1}".to_vec(),
+            headers: Vec::new(),
+            partition: None,
+        };
+        let mut out = vec![
+            partial(Sink::Dashboard, "w|s|JPY|p0"),
+            partial(Sink::Dashboard, "w|s|JPY|p1"),
+            partial(Sink::Finance, "d|s|JPY|p1"),
+            partial(Sink::DeadLetter, "x"),
+        ];
+        f.forward(&mut out, 0);
+        let copies: Vec<&OutputRecord> = out.iter().filter(|r| r.sink == Sink::Combine).collect();
+        assert_eq!(copies.len(), 3);
+        assert_eq!(copies[0].key.as_deref(), Some(&b"w|s|JPY"[..]));
+        assert_eq!(copies[0].partition, copies[1].partition, "both partials of a key meet in one partition");
+        assert_eq!(copies[0].partition, Some(sku_partition("w|s|JPY", 4)));
+        assert_eq!(copies[2].value, b"{\"finance\":{\"v\":1}}".to_vec());
+    }
+}
