@@ -117,7 +117,11 @@ pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
     std::fs::create_dir_all(&opts.state_dir).with_context(|| format!("creating {}", opts.state_dir.display()))?;
     Ok(Arc::new(Store::open(
         &opts.state_dir,
-        &StoreOptions { owner: format!("{}/{}", t.name, opts.group_id), ..StoreOptions::default() },
+        &StoreOptions {
+            owner: format!("{}/{}", t.name, opts.group_id),
+            dedup_retention_ms: Some(t.dedup_retention_ms),
+            ..StoreOptions::default()
+        },
     )?))
 }
 
