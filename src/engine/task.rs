@@ -20,6 +20,7 @@ use tidemark_state::{codec, Checkpoint, Namespace, PartitionId, StateError, Stat
 use tidemark_topology::config::Topology;
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
 use tidemark_topology::event::{CanonicalEvent, EventKind};
+use tidemark_topology::finance;
 use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::normalize::{normalize_order_with, NormalizeLimits};
 use tidemark_topology::provisional::{self, DayCalendar, ProvAgg, ProvKey, ProvisionalRecord};
@@ -212,7 +213,7 @@ impl PartitionTask {
             let id = p.event.event_id.as_str();
             let held = self.held_dedup.as_ref().and_then(|h| h.get(id).copied());
             let first_seen = seen_now.get(id).copied().or(held).or(first_seen);
-            if first_seen.is_some_and(|t| p.append_ms - t <= self.cfg.dedup_retention_ms) {
+            if finance::is_duplicate(first_seen, p.append_ms, self.cfg.dedup_retention_ms) {
                 Stats::add(&stats.dedup_hits, 1);
                 continue;
             }

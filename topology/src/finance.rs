@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind};
 use crate::normalize::{normalize_order_with, NormalizeLimits};
-use crate::reject::RejectReason;
+use crate::reject::{RejectReason, Rejection};
 
 /// Version of the definitions in this module, recorded in every close and adjustment.
 pub const DEFINITION_VERSION: u32 = 1;
@@ -153,9 +153,21 @@ impl FinanceRow {
     }
 }
 
-/// The stream's dedup rule, for one scope (the stream deduplicates per source partition):
-/// an `event_id` seen again within `retention_ms` of the append time it was counted at has
-/// no effect; later it counts again, from the new append time.
+/// The dedup rule, the one definition the stream and every batch apply: an `event_id` seen
+/// again within `retention_ms` of the append time it was counted at (`first_seen`) has no
+/// effect; later it counts again, from the new append time.
+pub fn is_duplicate(first_seen: Option<i64>, append_ms: i64, retention_ms: i64) -> bool {
+    first_seen.is_some_and(|t| append_ms - t <= retention_ms)
+}
+
+/// One dedup scope (the stream deduplicates per source partition), as a fold asks it.
+pub trait DedupScope {
+    /// True when the event counts; records it as counted at `append_ms`.
+    fn first_time(&mut self, event_id: &str, append_ms: i64) -> bool;
+}
+
+/// [`is_duplicate`] over every event id in memory: the reference scope of tests. Closes
+/// and shadow replays use a disk-backed scope, which stays within bounded memory.
 #[derive(Debug, Default)]
 pub struct Dedup {
     retention_ms: i64,
@@ -166,13 +178,12 @@ impl Dedup {
     pub fn new(retention_ms: i64) -> Dedup {
         Dedup { retention_ms, counted_at: HashMap::new() }
     }
+}
 
-    /// True when the event counts; records it as counted at `append_ms`.
-    pub fn first_time(&mut self, event_id: &str, append_ms: i64) -> bool {
-        if let Some(t) = self.counted_at.get(event_id) {
-            if append_ms - *t <= self.retention_ms {
-                return false;
-            }
+impl DedupScope for Dedup {
+    fn first_time(&mut self, event_id: &str, append_ms: i64) -> bool {
+        if is_duplicate(self.counted_at.get(event_id).copied(), append_ms, self.retention_ms) {
+            return false;
         }
         self.counted_at.insert(event_id.to_string(), append_ms);
         true
@@ -251,21 +262,53 @@ impl DayClose {
 
     /// Marks the event ids of a record as seen without counting the record: the records
     /// before an adjustment's range, which the original close already counted.
-    pub fn prime(&self, dedup: &mut Dedup, value: &[u8], append_ms: i64) {
-        if let Ok(event) = normalize_order_with(Some(value), append_ms, self.limits) {
+    pub fn prime(&self, dedup: &mut dyn DedupScope, value: &[u8], append_ms: i64) {
+        self.prime_normalized(dedup, &self.normalize(value, append_ms), append_ms);
+    }
+
+    /// [`DayClose::prime`] of a record already normalised by [`DayClose::normalize`].
+    pub fn prime_normalized(
+        &self,
+        dedup: &mut dyn DedupScope,
+        event: &Result<CanonicalEvent, Rejection>,
+        append_ms: i64,
+    ) {
+        if let Ok(event) = event {
             dedup.first_time(&event.event_id, append_ms);
         }
     }
 
+    /// The record as the close sees it: normalised with the topology's limits.
+    pub fn normalize(&self, value: &[u8], append_ms: i64) -> Result<CanonicalEvent, Rejection> {
+        normalize_order_with(Some(value), append_ms, self.limits)
+    }
+
     /// Folds one source record (value bytes and broker append time).
-    pub fn observe(&mut self, dedup: &mut Dedup, value: &[u8], append_ms: i64) -> Outcome {
-        let outcome = self.classify(dedup, value, append_ms);
+    pub fn observe(&mut self, dedup: &mut dyn DedupScope, value: &[u8], append_ms: i64) -> Outcome {
+        let event = self.normalize(value, append_ms);
+        self.observe_normalized(dedup, &event, append_ms)
+    }
+
+    /// [`DayClose::observe`] of a record already normalised by [`DayClose::normalize`], for
+    /// callers that look a chunk's event ids up at once before folding it.
+    pub fn observe_normalized(
+        &mut self,
+        dedup: &mut dyn DedupScope,
+        event: &Result<CanonicalEvent, Rejection>,
+        append_ms: i64,
+    ) -> Outcome {
+        let outcome = self.classify(dedup, event, append_ms);
         self.tally.count(outcome);
         outcome
     }
 
-    fn classify(&mut self, dedup: &mut Dedup, value: &[u8], append_ms: i64) -> Outcome {
-        let event = match normalize_order_with(Some(value), append_ms, self.limits) {
+    fn classify(
+        &mut self,
+        dedup: &mut dyn DedupScope,
+        event: &Result<CanonicalEvent, Rejection>,
+        append_ms: i64,
+    ) -> Outcome {
+        let event = match event {
             Ok(event) => event,
             Err(rejection) => return Outcome::DeadLetter(rejection.reason),
         };
@@ -275,8 +318,8 @@ impl DayClose {
         if business_day(event.event_time_ms, self.tz) != Some(self.day) {
             return Outcome::OutOfDay;
         }
-        let Some(key) = FinanceKey::of(&event) else { return Outcome::NoMoney };
-        self.aggs.entry(key).or_default().apply(&event);
+        let Some(key) = FinanceKey::of(event) else { return Outcome::NoMoney };
+        self.aggs.entry(key).or_default().apply(event);
         Outcome::Applied
     }
 

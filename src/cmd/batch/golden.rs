@@ -1,10 +1,14 @@
 //! The close of a generated range against its output before the close's dedup moved to
 //! disk (`testdata/close_golden.txt`, written by the in-memory fold at commit 8f45a82):
-//! rows byte for byte, and the accounting.
+//! rows byte for byte, and the accounting. The in-memory fold ([`Dedup`]) stays the
+//! reference the disk-backed one is held to.
 
 use chrono::NaiveDate;
+
+use super::dedup::DiskDedup;
 use tidemark_topology::finance::{DayClose, Dedup};
 use tidemark_topology::gen::{GenConfig, GenTopic, Generator, DEFAULT_START_MS};
+use tidemark_topology::normalize::NormalizeLimits;
 
 const PARTITIONS: usize = 3;
 /// Shorter than the generator's duplicate span, so some duplicates count again.
@@ -55,6 +59,31 @@ fn in_memory() -> DayClose {
         }
     }
     fold
+}
+
+/// The production path: the disk-backed dedup, in chunks of `chunk` records.
+fn on_disk(chunk: usize) -> DayClose {
+    let mut fold = DayClose::new(day(), chrono_tz::Asia::Tokyo);
+    let dedup = DiskDedup::new(RETENTION_MS).expect("store").with_chunk(chunk);
+    for (p, part) in generated().iter().enumerate() {
+        let partition = i32::try_from(p).expect("partition");
+        super::close_range(&dedup, &mut fold, NormalizeLimits::default(), partition, |f| {
+            for (value, append_ms) in part {
+                f(value, *append_ms);
+            }
+            Ok(())
+        })
+        .expect("fold");
+    }
+    fold
+}
+
+#[test]
+fn the_disk_backed_close_is_byte_identical_to_the_in_memory_close_before_the_change() {
+    // 1 000-record chunks: duplicates fall both inside a chunk and across chunks.
+    for chunk in [1_000, super::dedup::CHUNK] {
+        assert_eq!(render(&on_disk(chunk)), include_str!("testdata/close_golden.txt"), "chunks of {chunk}");
+    }
 }
 
 #[test]

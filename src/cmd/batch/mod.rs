@@ -21,6 +21,7 @@
 //! A crash before step 6 leaves the previous publication in place; a rerun repeats the steps
 //! with the same run id and writes the same bytes.
 
+pub(crate) mod dedup;
 #[cfg(test)]
 mod golden;
 mod manifest;
@@ -35,12 +36,14 @@ use anyhow::Context as _;
 use chrono::NaiveDate;
 use tidemark_topology::config::{self, Topology};
 use tidemark_topology::dashboard::rfc3339_ms;
-use tidemark_topology::finance::{self, day_bounds_ms, DayClose, Dedup, FinanceRow, DEFINITION_VERSION};
-use tidemark_topology::normalize::MAX_FUTURE_SKEW_MS;
+use tidemark_topology::finance::{self, day_bounds_ms, DayClose, FinanceRow, DEFINITION_VERSION};
+use tidemark_topology::normalize::normalize_order_with;
+use tidemark_topology::normalize::{NormalizeLimits, MAX_FUTURE_SKEW_MS};
 
 use crate::cli::{BatchAdjustArgs, BatchCloseArgs, BatchDayArgs};
 use crate::failpoint;
 use crate::kafka::KafkaSettings;
+use dedup::DiskDedup;
 use manifest::{Accounting, Manifest, RunIdentity, RunKind, CODE_VERSION};
 use range::{parse_offsets, Input, Log, Offsets, Progress};
 
@@ -174,10 +177,10 @@ pub fn close(args: BatchCloseArgs) -> anyhow::Result<()> {
 
     let mut fold = DayClose::new(ctx.day, tz).with_limits(ctx.topology.normalize);
     let mut progress = Progress::new(&format!("batch close {}", ctx.day), input.span());
+    let dedup = DiskDedup::new(ctx.topology.dedup_retention_ms)?;
     for r in &input.ranges {
-        let mut dedup = Dedup::new(ctx.topology.dedup_retention_ms);
-        log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| {
-            fold.observe(&mut dedup, value, append_ms);
+        close_range(&dedup, &mut fold, ctx.topology.normalize, r.partition, |f| {
+            log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| f(value, append_ms)).map(drop)
         })?;
     }
     progress.print();
@@ -270,19 +273,39 @@ fn fold_after(ctx: &Ctx, log: &Log, close: &Manifest, input: &Input, label: &str
     let mut fold = DayClose::new(ctx.day, ctx.topology.finance_time_zone).with_limits(ctx.topology.normalize);
     let mut progress = Progress::new(label, dedup_input.span() + input.span());
     let known: BTreeMap<i32, (i64, i64)> = dedup_input.ranges.iter().map(|r| (r.partition, (r.from, r.to))).collect();
+    let dedup = DiskDedup::new(ctx.topology.dedup_retention_ms)?;
+    let limits = ctx.topology.normalize;
     for r in &input.ranges {
-        let mut dedup = Dedup::new(ctx.topology.dedup_retention_ms);
         if let Some((from, to)) = known.get(&r.partition) {
-            log.read(r.partition, *from, *to, &mut progress, |_, _, value, append_ms| {
-                fold.prime(&mut dedup, value, append_ms);
+            let read = |f: &mut dyn FnMut(&[u8], i64)| {
+                log.read(r.partition, *from, *to, &mut progress, |_, _, value, append_ms| f(value, append_ms)).map(drop)
+            };
+            let normalize = |value: &[u8], append_ms| normalize_order_with(Some(value), append_ms, limits);
+            dedup.fold(r.partition, read, normalize, |scope, (event, append_ms)| {
+                fold.prime_normalized(scope, event, *append_ms)
             })?;
         }
-        log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| {
-            fold.observe(&mut dedup, value, append_ms);
+        close_range(&dedup, &mut fold, limits, r.partition, |f| {
+            log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| f(value, append_ms)).map(drop)
         })?;
     }
     progress.print();
     Ok((fold, dedup_input))
+}
+
+/// Folds one partition's records (read by `read` in offset order) into the close, with the
+/// range's disk-backed dedup.
+fn close_range(
+    dedup: &DiskDedup,
+    fold: &mut DayClose,
+    limits: NormalizeLimits,
+    partition: i32,
+    read: impl FnOnce(&mut dyn FnMut(&[u8], i64)) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let normalize = |value: &[u8], append_ms| normalize_order_with(Some(value), append_ms, limits);
+    dedup.fold(partition, read, normalize, |scope, (event, append_ms)| {
+        fold.observe_normalized(scope, event, *append_ms);
+    })
 }
 
 /// A computed run, before its manifest exists.

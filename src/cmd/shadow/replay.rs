@@ -5,7 +5,7 @@
 //!   every revision published (what `tidemark run` does, with fixed commit points);
 //! - *micro-batch*: the same tasks over `slices` consecutive offset slices per partition,
 //!   each changed row published once per slice (what `tidemark microbatch` does);
-//! - *batch*: the finance close's fold ([`Dedup`], [`FinanceAgg`]) and the dashboard
+//! - *batch*: the finance close's fold ([`DiskDedup`], [`FinanceAgg`]) and the dashboard
 //!   definitions applied to every deduplicated event, with no window retention.
 //!
 //! Partitions are independent in all three (per-partition tasks, per-partition dedup), so
@@ -17,11 +17,12 @@ use std::collections::BTreeMap;
 use tidemark_state::{Store, StoreOptions};
 use tidemark_topology::dashboard::{self, DashAgg, DashboardRecord};
 use tidemark_topology::event::CanonicalEvent;
-use tidemark_topology::finance::{business_day, Dedup, FinanceAgg, FinanceKey};
+use tidemark_topology::finance::{business_day, FinanceAgg, FinanceKey};
 use tidemark_topology::normalize::normalize_order_with;
 use tidemark_topology::provisional::ProvisionalRecord;
 
 use super::compare::{Figures, Late};
+use crate::cmd::batch::dedup::DiskDedup;
 use crate::engine::output::headers;
 use crate::engine::slice::SliceRunner;
 use crate::engine::{OutputRecord, Sink, SourceRecord, TaskConfig};
@@ -157,29 +158,31 @@ pub struct BatchFigures {
     pub dead_letters: u64,
 }
 
-/// The batch fold. Its dedup keeps every event id of a partition's range in memory, as
-/// `tidemark batch close` does.
+/// The batch fold, with the disk-backed dedup of `tidemark batch close` (bounded memory).
 pub fn batch(src: &dyn Source, cfg: &TaskConfig) -> anyhow::Result<BatchFigures> {
     let mut fin: BTreeMap<(String, String, String), FinanceAgg> = BTreeMap::new();
     let mut dash: BTreeMap<String, DashAgg> = BTreeMap::new();
     let mut out = BatchFigures::default();
+    let dedup = DiskDedup::new(cfg.dedup_retention_ms)?;
     for (p, from, to) in src.ranges() {
-        let mut dedup = Dedup::new(cfg.dedup_retention_ms);
-        src.read(p, from, to, &mut |r| {
-            let Ok(event) = normalize_order_with(r.value, r.append_ms, cfg.limits) else {
+        let read =
+            |f: &mut dyn FnMut(&[u8], i64)| src.read(p, from, to, &mut |r| f(r.value.unwrap_or_default(), r.append_ms));
+        let normalize = |value: &[u8], append_ms| normalize_order_with(Some(value), append_ms, cfg.limits);
+        dedup.fold(p, read, normalize, |scope, (event, append_ms)| {
+            let Ok(event) = event else {
                 out.dead_letters += 1;
                 return;
             };
-            if !dedup.first_time(&event.event_id, r.append_ms) {
+            if !scope.first_time(&event.event_id, *append_ms) {
                 out.duplicates += 1;
                 return;
             }
             out.applied += 1;
-            if let Some(key) = finance_key(&event, cfg) {
-                fin.entry(key).or_default().apply(&event);
+            if let Some(key) = finance_key(event, cfg) {
+                fin.entry(key).or_default().apply(event);
             }
-            if let Some(key) = dashboard_key(&event, cfg) {
-                dashboard::apply(dash.entry(key).or_default(), &event, r.append_ms);
+            if let Some(key) = dashboard_key(event, cfg) {
+                dashboard::apply(dash.entry(key).or_default(), event, *append_ms);
             }
         })?;
     }

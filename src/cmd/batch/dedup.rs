@@ -1,0 +1,120 @@
+//! Dedup for `batch close|adjust` and the shadow replay's batch fold, in bounded memory
+//! (issue 15 item 3): the counted event ids live in a throwaway RocksDB store, keyed like
+//! the stream's (partition prefix + XXH3-128 of the event id, [`Store::dedup_lookup`]).
+//!
+//! Records are folded in chunks of [`CHUNK`]: a chunk is normalised, its event ids are
+//! looked up in one batched read, the chunk is folded in offset order with the ids counted
+//! inside it kept in memory, and those are written back in one batch. Memory is the chunk
+//! plus RocksDB's caches, whatever the length of the range; the rule is
+//! [`finance::is_duplicate`], as in the stream.
+
+use std::collections::HashMap;
+
+use tempfile::TempDir;
+use tidemark_state::{PartitionId, Store, StoreOptions};
+use tidemark_topology::event::CanonicalEvent;
+use tidemark_topology::finance::{self, DedupScope};
+use tidemark_topology::reject::Rejection;
+
+/// Records per batched lookup.
+pub const CHUNK: usize = 16_384;
+
+/// A normalised record: the event or why it was rejected, and its append time.
+pub type Normalized = (Result<CanonicalEvent, Rejection>, i64);
+
+/// The counted event ids of every partition of a range, on disk.
+pub struct DiskDedup {
+    store: Store,
+    retention_ms: i64,
+    chunk: usize,
+    _dir: TempDir,
+}
+
+impl DiskDedup {
+    pub fn new(retention_ms: i64) -> anyhow::Result<DiskDedup> {
+        let dir = tempfile::Builder::new().prefix("tidemark-dedup-").tempdir()?;
+        // Throwaway: nothing to recover after a crash, so no fsync; a small cache.
+        let opts = StoreOptions { owner: "batch-dedup".into(), block_cache_bytes: 64 << 20, sync_commits: false };
+        let store = Store::open(dir.path(), &opts)?;
+        Ok(DiskDedup { store, retention_ms, chunk: CHUNK, _dir: dir })
+    }
+
+    /// Records per batched lookup instead of [`CHUNK`] (tests cut ranges into many chunks).
+    #[cfg(test)]
+    pub fn with_chunk(mut self, records: usize) -> DiskDedup {
+        self.chunk = records.max(1);
+        self
+    }
+
+    /// Folds one partition's records, read by `read` in offset order: `normalize` each, then
+    /// `apply` each with a dedup scope in which its chunk's ids were looked up at once.
+    pub fn fold<N, A>(
+        &self,
+        partition: i32,
+        read: impl FnOnce(&mut dyn FnMut(&[u8], i64)) -> anyhow::Result<()>,
+        normalize: N,
+        mut apply: A,
+    ) -> anyhow::Result<()>
+    where
+        N: Fn(&[u8], i64) -> Result<CanonicalEvent, Rejection>,
+        A: FnMut(&mut dyn DedupScope, &Normalized),
+    {
+        let id = PartitionId::orders(partition);
+        let mut chunk: Vec<Normalized> = Vec::with_capacity(self.chunk);
+        let mut failed: Option<anyhow::Error> = None;
+        read(&mut |value, append_ms| {
+            if failed.is_some() {
+                return;
+            }
+            chunk.push((normalize(value, append_ms), append_ms));
+            if chunk.len() >= self.chunk {
+                failed = self.fold_chunk(id, &mut chunk, &mut apply).err();
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        self.fold_chunk(id, &mut chunk, &mut apply)
+    }
+
+    fn fold_chunk<A>(&self, id: PartitionId, chunk: &mut Vec<Normalized>, apply: &mut A) -> anyhow::Result<()>
+    where
+        A: FnMut(&mut dyn DedupScope, &Normalized),
+    {
+        let ids: Vec<&str> = chunk.iter().filter_map(|(e, _)| e.as_ref().ok()).map(|e| e.event_id.as_str()).collect();
+        let stored = self.store.dedup_lookup(id, &ids)?;
+        let mut scope = ChunkScope {
+            retention_ms: self.retention_ms,
+            stored: ids.iter().map(|s| s.to_string()).zip(stored).collect(),
+            counted: HashMap::new(),
+        };
+        for record in chunk.iter() {
+            apply(&mut scope, record);
+        }
+        let mut batch = self.store.batch();
+        for (event_id, append_ms) in &scope.counted {
+            batch.put_dedup(id, event_id, *append_ms);
+        }
+        batch.commit()?;
+        chunk.clear();
+        Ok(())
+    }
+}
+
+/// One chunk's view: what the store held for its ids, and what the chunk counted since.
+struct ChunkScope {
+    retention_ms: i64,
+    stored: HashMap<String, Option<i64>>,
+    counted: HashMap<String, i64>,
+}
+
+impl DedupScope for ChunkScope {
+    fn first_time(&mut self, event_id: &str, append_ms: i64) -> bool {
+        let first_seen = self.counted.get(event_id).copied().or_else(|| self.stored.get(event_id).copied().flatten());
+        if finance::is_duplicate(first_seen, append_ms, self.retention_ms) {
+            return false;
+        }
+        self.counted.insert(event_id.to_string(), append_ms);
+        true
+    }
+}
