@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Memory of `tidemark batch close` over a long range (issue 15 item 3: <= 1 GiB RSS over
+# 100 M events). Generates N order events (`tidemark gen`, seeded) into a fresh orders topic
+# on the broker, closes their business day over the whole range under `/usr/bin/time -v`,
+# and records the git revision, max RSS, wall time and events/s in
+# bench/results/batch_memory.json. Refuses a dirty tree unless ALLOW_DIRTY=1.
+#
+#   bench/batch_memory.sh [N=2000000]
+#   BOOTSTRAP (default 127.0.0.1:19092), EVENT_BYTES (default 256), PARTITIONS (default 4)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+N="${1:-2000000}"
+BOOT="${BOOTSTRAP:-127.0.0.1:19092}"
+EVENT_BYTES="${EVENT_BYTES:-256}"
+KAFKA_HOME="${TIDEMARK_CACHE:-$HOME/.cache/tidemark}/kafka-4.4.0"
+if [ -n "$(git status --porcelain --untracked-files=no)" ] && [ "${ALLOW_DIRTY:-0}" != 1 ]; then
+  echo "batch_memory: the tree has uncommitted changes; commit first (or ALLOW_DIRTY=1)" >&2
+  exit 2
+fi
+REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+dirty')"
+cargo build --release --bin tidemark >&2
+BIN="$(mktemp /tmp/tidemark-batch-memory.XXXX)"
+cp -p "$CARGO_TARGET_DIR/release/tidemark" "$BIN"
+WORK="$(mktemp -d /tmp/batch-memory.XXXX)"
+trap 'rm -rf "$WORK" "$BIN"' EXIT
+TAG="batchmem-$(date +%s)"
+
+# The example topology with this run's topics.
+sed -e "s/topic = \"orders\"/topic = \"$TAG.orders\"/" -e "s/topic = \"inventory\"/topic = \"$TAG.inventory\"/" \
+  -e "s/topic = \"tidemark\./topic = \"$TAG./" topology/examples/orders.toml > "$WORK/t.toml"
+if [ -n "${PARTITIONS:-}" ]; then sed -i "s/partitions = 4/partitions = $PARTITIONS/" "$WORK/t.toml"; fi
+"$BIN" topics --bootstrap "$BOOT" --topology "$WORK/t.toml" >&2
+
+# Event times from 2026-11-28T00:00Z (Tokyo business day 2026-11-28) at 20k/s of simulated
+# time: 100 M events span 83 min, all of one day.
+echo "batch_memory: generating $N events into $TAG.orders" >&2
+"$BIN" gen --bootstrap "$BOOT" --seed 42 --events "$N" --rate 20000 --start 2026-11-28T00:00:00Z \
+  --inventory-every 0 --event-bytes "$EVENT_BYTES" --orders-topic "$TAG.orders" --inventory-topic "$TAG.inventory" >&2
+
+# The whole log: from offset 0 to each partition's end.
+ENDS="$(java -Xmx256m -cp "$KAFKA_HOME/libs/*" -Dlog4j2.level=error org.apache.kafka.tools.GetOffsetShell \
+  --bootstrap-server "$BOOT" --topic "$TAG.orders" --time -1 | sort -t: -k2 -n \
+  | awk -F: '{printf "%s%s:%s", (NR>1?",":""), $2, $3}')"
+FROM="$(echo "$ENDS" | sed -E 's/:[0-9]+/:0/g')"
+echo "batch_memory: closing 2026-11-28 over $FROM .. $ENDS" >&2
+
+/usr/bin/time -v -o "$WORK/time.txt" "$BIN" batch close --bootstrap "$BOOT" --topology "$WORK/t.toml" \
+  --business-day 2026-11-28 --from "$FROM" --to "$ENDS" > "$WORK/manifest.json" 2> "$WORK/close.log" \
+  || { tail -20 "$WORK/close.log" >&2; exit 1; }
+
+python3 - "$WORK/time.txt" "$WORK/manifest.json" "$REV" "$N" "$EVENT_BYTES" <<'PY' > bench/results/batch_memory.json
+import json, re, sys
+time_txt, manifest, rev, n, event_bytes = sys.argv[1:]
+t = open(time_txt).read()
+def field(name):
+    return re.search(re.escape(name) + r": (.*)", t).group(1).strip()
+wall = field("Elapsed (wall clock) time (h:mm:ss or m:ss)")
+parts = [float(x) for x in wall.split(":")]
+wall_s = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+rss_kb = int(field("Maximum resident set size (kbytes)"))
+m = json.loads(open(manifest).read().strip().splitlines()[-1])
+records = m["accounting"]["records"]
+print(json.dumps({
+    "git_rev": rev,
+    "command": "tidemark batch close --business-day 2026-11-28 over the whole generated log",
+    "events_generated": int(n),
+    "event_bytes": int(event_bytes),
+    "records_read": records,
+    "applied": m["accounting"]["applied"],
+    "duplicates": m["accounting"]["duplicates"],
+    "max_rss_mib": round(rss_kb / 1024, 1),
+    "wall_s": round(wall_s, 2),
+    "user_s": float(field("User time (seconds)")),
+    "events_per_s": round(records / wall_s) if wall_s else None,
+    "target_max_rss_mib": 1024,
+    "checksum": m["checksum"],
+    "loadavg_1m": float(open("/proc/loadavg").read().split()[0]),
+}, indent=2))
+PY
+cat bench/results/batch_memory.json
