@@ -12,6 +12,13 @@
 //!
 //! Which records are released depends on timing; the order they are applied in does not.
 //! So the actions, their keys and payloads do not depend on how fast any partition ran.
+//!
+//! A restored task reads only its bookkeeping and merge buffer. A SKU's state and line rows
+//! are read on the SKU's first touch (one point read and one prefix scan, then kept in
+//! memory), so restart time does not grow with the number of SKUs or lines. The processor
+//! only ever sees whole SKUs, so what it decides is the same as with everything loaded
+//! (pruning a SKU later than it would have been changes no output, see
+//! `tidemark_topology::sku`); a SKU never touched again keeps its rows until it is.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -61,6 +68,8 @@ pub struct SkuTask {
     unsaved: HashSet<BufferKey>,
     /// Persisted buffer entries released since the last commit.
     released: Vec<BufferKey>,
+    /// SKUs whose rows were read from the store (or that had none there).
+    loaded: HashSet<String>,
     uncommitted: bool,
 }
 
@@ -75,15 +84,6 @@ impl SkuTask {
             }
         }
         processor.restore_watermark(meta.max_event_ms);
-        for (k, v) in store.load_aggregates(id, Namespace::Sku)? {
-            let sku = String::from_utf8_lossy(&k).into_owned();
-            let state: SkuState = codec::decode("sku state", &v)?;
-            processor.restore(sku, state);
-        }
-        for (k, v) in store.load_aggregates(id, Namespace::SkuLines)? {
-            let (sku, t) = decode_line_key(&k)?;
-            processor.restore_line(&sku, t, codec::decode("sku line", &v)?);
-        }
         let mut buffer = BTreeMap::new();
         for (k, v) in store.load_aggregates(id, Namespace::MergeBuffer)? {
             let key: BufferKey = codec::decode("merge buffer key", &k)?;
@@ -98,8 +98,32 @@ impl SkuTask {
             buffer,
             unsaved: HashSet::new(),
             released: Vec::new(),
+            loaded: HashSet::new(),
             uncommitted: false,
         })
+    }
+
+    /// Reads a SKU's committed state and line rows on its first touch. Nothing about a SKU
+    /// not yet loaded can be staged in the open batch, so the committed rows are current.
+    fn load_sku<S: StateView + ?Sized>(&mut self, store: &S, sku: &str) -> Result<(), StateError> {
+        if self.loaded.contains(sku) {
+            return Ok(());
+        }
+        if let Some(v) = store.get_aggregate(self.id, Namespace::Sku, sku.as_bytes())? {
+            let state: SkuState = codec::decode("sku state", &v)?;
+            self.processor.restore(sku.to_string(), state);
+        }
+        for (k, v) in store.scan_aggregates(self.id, Namespace::SkuLines, &line_prefix(sku))? {
+            let (_, t) = decode_line_key(&k)?;
+            self.processor.restore_line(sku, t, codec::decode("sku line", &v)?);
+        }
+        self.loaded.insert(sku.to_string());
+        Ok(())
+    }
+
+    /// SKUs whose rows are in memory.
+    pub fn loaded_skus(&self) -> usize {
+        self.loaded.len()
     }
 
     pub fn checkpoint(&self) -> &Checkpoint {
@@ -261,6 +285,7 @@ impl SkuTask {
             }
             Derived::Mark { .. } => return Ok(()),
         };
+        self.load_sku(store, input.sku())?;
         Stats::add(&stats.sku_inputs, 1);
         if let SkuInput::Line { event_time_ms, .. } = &input {
             if self.processor.is_beyond_retention(*event_time_ms) {
@@ -311,11 +336,18 @@ fn decode_buffered(v: &[u8]) -> Result<Derived, StateError> {
 /// `[sku length u16 BE][sku][event time ms, sign bit flipped, BE]`: one SKU's rows are
 /// contiguous and in time order.
 fn line_key(sku: &str, t: i64) -> Vec<u8> {
+    let mut k = line_prefix(sku);
+    k.extend_from_slice(&((t as u64) ^ (1 << 63)).to_be_bytes());
+    k
+}
+
+/// The part of [`line_key`] shared by every row of one SKU (and no other: it is
+/// length-prefixed).
+fn line_prefix(sku: &str) -> Vec<u8> {
     let len = u16::try_from(sku.len()).unwrap_or(u16::MAX);
     let mut k = Vec::with_capacity(2 + sku.len() + 8);
     k.extend_from_slice(&len.to_be_bytes());
     k.extend_from_slice(&sku.as_bytes()[..usize::from(len)]);
-    k.extend_from_slice(&((t as u64) ^ (1 << 63)).to_be_bytes());
     k
 }
 
@@ -424,6 +456,96 @@ mod tests {
         store.commit(batch)?;
         assert_eq!((task.buffered(), Stats::get(&stats.sku_inputs)), (0, 2), "released and applied");
         assert!(store.load_aggregates(id, Namespace::MergeBuffer)?.is_empty(), "and deleted from the store");
+        Ok(())
+    }
+
+    /// A store that records every per-key read (namespace, key or prefix).
+    struct Reads<'a>(&'a MemStore, std::cell::RefCell<Vec<(Namespace, Vec<u8>)>>);
+
+    impl StateView for Reads<'_> {
+        fn checkpoint(&self, p: PartitionId) -> Result<Option<Checkpoint>, StateError> {
+            self.0.checkpoint(p)
+        }
+        fn load_aggregates(&self, p: PartitionId, ns: Namespace) -> Result<Vec<tidemark_state::KeyValue>, StateError> {
+            self.1.borrow_mut().push((ns, b"*".to_vec()));
+            self.0.load_aggregates(p, ns)
+        }
+        fn get_aggregate(&self, p: PartitionId, ns: Namespace, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+            self.1.borrow_mut().push((ns, key.to_vec()));
+            self.0.get_aggregate(p, ns, key)
+        }
+        fn scan_aggregates(
+            &self,
+            p: PartitionId,
+            ns: Namespace,
+            prefix: &[u8],
+        ) -> Result<Vec<tidemark_state::KeyValue>, StateError> {
+            self.1.borrow_mut().push((ns, prefix.to_vec()));
+            self.0.scan_aggregates(p, ns, prefix)
+        }
+        fn dedup_lookup(&self, p: PartitionId, ids: &[&str]) -> Result<Vec<Option<i64>>, StateError> {
+            self.0.dedup_lookup(p, ids)
+        }
+        fn outbox_get(&self, p: PartitionId, key: &str) -> Result<Option<Vec<u8>>, StateError> {
+            self.0.outbox_get(p, key)
+        }
+    }
+
+    fn line_of(sku: &str, upstream: (u16, i32), append_ms: i64, offset: i64) -> Vec<u8> {
+        Derived::Line {
+            lt: LogicalTime::new(append_ms, upstream.0, upstream.1, offset),
+            idx: 0,
+            sku: sku.into(),
+            placed: true,
+            qty: 2,
+            event_ms: append_ms,
+            append_ms,
+        }
+        .encode()
+    }
+
+    #[test]
+    fn a_restored_task_reads_a_skus_rows_only_when_the_sku_is_touched_and_sees_what_it_had() -> Result<(), StateError> {
+        let (store, stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
+        let first = [
+            line_of("SKU-1", (0, 0), 1_000, 0),
+            line_of("SKU-2", (0, 0), 2_000, 1),
+            line_of("SKU-1", (0, 1), 3_000, 0),
+            mark((0, 0), 9_000, 2),
+            mark((0, 1), 9_000, 1),
+        ];
+        let second = [line_of("SKU-1", (0, 0), 10_000, 2), mark((0, 0), 20_000, 3), mark((0, 1), 20_000, 1)];
+        let run =
+            |task: &mut SkuTask, view: &dyn StateView, records: &[Vec<u8>], from: i64| -> Result<(), StateError> {
+                ingest_all(task, records, from, &stats);
+                let mut batch = store.batch();
+                task.finish(view, &mut batch, &mut Vec::new(), &stats)?;
+                store.commit(batch)
+            };
+        let mut all_along = SkuTask::restore(&store, id, cfg())?;
+        run(&mut all_along, &store, &first, 0)?;
+        assert_eq!(store.load_aggregates(id, Namespace::SkuLines)?.len(), 3);
+
+        let reads = Reads(&store, Default::default());
+        let mut restored = SkuTask::restore(&reads, id, cfg())?;
+        let per_key = |reads: &Reads| reads.1.borrow().iter().filter(|(_, k)| k != b"*").count();
+        assert_eq!((restored.loaded_skus(), per_key(&reads)), (0, 0), "no SKU read at restore");
+        assert!(
+            !reads.1.borrow().iter().any(|(ns, _)| matches!(ns, Namespace::Sku | Namespace::SkuLines)),
+            "no SKU or line rows scanned at restore"
+        );
+
+        // Only SKU-1 is touched again: its rows are read once, SKU-2's never.
+        ingest_all(&mut restored, &second, 5, &stats);
+        let mut batch = store.batch();
+        restored.finish(&reads, &mut batch, &mut Vec::new(), &stats)?;
+        drop(batch);
+        assert_eq!(restored.loaded_skus(), 1);
+        assert_eq!(*reads.1.borrow().last().expect("read"), (Namespace::SkuLines, line_prefix("SKU-1")));
+        assert_eq!(per_key(&reads), 2, "one state read and one line scan");
+        run(&mut all_along, &store, &second, 5)?;
+        assert_eq!(restored.processor.state("SKU-1"), all_along.processor.state("SKU-1"), "the same state");
+        assert!(restored.processor.state("SKU-2").is_none());
         Ok(())
     }
 

@@ -90,11 +90,19 @@ impl StateView for MemStore {
     }
 
     fn load_aggregates(&self, p: PartitionId, ns: Namespace) -> Result<Vec<KeyValue>, StateError> {
+        self.scan_aggregates(p, ns, &[])
+    }
+
+    fn get_aggregate(&self, p: PartitionId, ns: Namespace, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        Ok(self.read(|t| t.aggregates.get(&(p, ns as u8, key.to_vec())).cloned()))
+    }
+
+    fn scan_aggregates(&self, p: PartitionId, ns: Namespace, prefix: &[u8]) -> Result<Vec<KeyValue>, StateError> {
         let ns = ns as u8;
         Ok(self.read(|t| {
             t.aggregates
-                .range((p, ns, Vec::new())..)
-                .take_while(|((q, n, _), _)| *q == p && *n == ns)
+                .range((p, ns, prefix.to_vec())..)
+                .take_while(|((q, n, k), _)| *q == p && *n == ns && k.starts_with(prefix))
                 .map(|((_, _, k), v)| (k.clone(), v.clone()))
                 .collect()
         }))
@@ -198,6 +206,10 @@ mod tests {
         store.commit(batch)?;
         assert_eq!(store.load_aggregates(a, Namespace::Dashboard)?.len(), 1);
         assert_eq!(store.load_aggregates(a, Namespace::Finance)?.len(), 1);
+        assert_eq!(store.get_aggregate(a, Namespace::Dashboard, b"k1")?, Some(b"v1".to_vec()));
+        assert_eq!(store.get_aggregate(a, Namespace::Dashboard, b"k")?, None);
+        assert_eq!(store.scan_aggregates(a, Namespace::Dashboard, b"k")?, vec![(b"k1".to_vec(), b"v1".to_vec())]);
+        assert!(store.scan_aggregates(a, Namespace::Dashboard, b"k2")?.is_empty());
         Ok(())
     }
 }

@@ -276,16 +276,36 @@ impl Store {
 
     /// Every aggregate of one namespace in one partition, for restoring the in-memory cache.
     pub fn load_aggregates(&self, p: PartitionId, ns: Namespace) -> Result<Vec<KeyValue>, StateError> {
-        let prefix = aggregate_prefix(p, ns);
+        self.scan_aggregates(p, ns, &[])
+    }
+
+    /// The aggregates of one namespace in one partition whose key starts with `key_prefix`,
+    /// in key order; keys without the partition and namespace prefix.
+    pub fn scan_aggregates(
+        &self,
+        p: PartitionId,
+        ns: Namespace,
+        key_prefix: &[u8],
+    ) -> Result<Vec<KeyValue>, StateError> {
+        let head = aggregate_prefix(p, ns).len();
+        let mut prefix = aggregate_prefix(p, ns);
+        prefix.extend_from_slice(key_prefix);
         let mut out = Vec::new();
         for item in self.db.prefix_iterator_cf(self.cf(CF_AGGREGATES), &prefix) {
             let (k, v) = item.map_err(|e| self.rocks(e))?;
             if !k.starts_with(&prefix) {
                 break;
             }
-            out.push((k[prefix.len()..].to_vec(), v.to_vec()));
+            out.push((k[head..].to_vec(), v.to_vec()));
         }
         Ok(out)
+    }
+
+    /// One aggregate by its exact key.
+    pub fn get_aggregate(&self, p: PartitionId, ns: Namespace, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        let mut k = aggregate_prefix(p, ns);
+        k.extend_from_slice(key);
+        self.db.get_cf(self.cf(CF_AGGREGATES), k).map_err(|e| self.rocks(e))
     }
 
     /// One outbox row (encoded by the caller), if the idempotency key was ever produced here.

@@ -6,7 +6,8 @@
 //! implements them in memory for the topology test driver and unit tests. Engine tasks are
 //! generic over these traits (monomorphised, so the stream's hot path calls RocksDB
 //! directly). The reads stay coarse on purpose: checkpoints and aggregates once on restore,
-//! dedup lookups batched per finish, outbox lookups only when a rule fires.
+//! dedup lookups batched per finish, outbox lookups only when a rule fires, a SKU's rows
+//! once, on its first touch.
 
 use std::sync::Arc;
 
@@ -18,6 +19,11 @@ pub trait StateView {
     fn checkpoint(&self, p: PartitionId) -> Result<Option<Checkpoint>, StateError>;
     /// Every aggregate of one namespace in one partition, in key order.
     fn load_aggregates(&self, p: PartitionId, ns: Namespace) -> Result<Vec<KeyValue>, StateError>;
+    /// One aggregate by its exact key (a SKU's state, read on the SKU's first touch).
+    fn get_aggregate(&self, p: PartitionId, ns: Namespace, key: &[u8]) -> Result<Option<Vec<u8>>, StateError>;
+    /// The aggregates of one namespace whose key starts with `prefix`, in key order (a SKU's
+    /// line rows, read on the SKU's first touch). Keys are returned whole.
+    fn scan_aggregates(&self, p: PartitionId, ns: Namespace, prefix: &[u8]) -> Result<Vec<KeyValue>, StateError>;
     /// The append time each event id was first seen at, if stored; one call per finish.
     fn dedup_lookup(&self, p: PartitionId, ids: &[&str]) -> Result<Vec<Option<i64>>, StateError>;
     /// One encoded outbox row, if the idempotency key was ever produced in this partition.
@@ -50,6 +56,14 @@ impl StateView for Store {
 
     fn load_aggregates(&self, p: PartitionId, ns: Namespace) -> Result<Vec<KeyValue>, StateError> {
         Store::load_aggregates(self, p, ns)
+    }
+
+    fn get_aggregate(&self, p: PartitionId, ns: Namespace, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        Store::get_aggregate(self, p, ns, key)
+    }
+
+    fn scan_aggregates(&self, p: PartitionId, ns: Namespace, prefix: &[u8]) -> Result<Vec<KeyValue>, StateError> {
+        Store::scan_aggregates(self, p, ns, prefix)
     }
 
     fn dedup_lookup(&self, p: PartitionId, ids: &[&str]) -> Result<Vec<Option<i64>>, StateError> {
@@ -103,6 +117,14 @@ impl<T: StateView + ?Sized> StateView for Arc<T> {
 
     fn load_aggregates(&self, p: PartitionId, ns: Namespace) -> Result<Vec<KeyValue>, StateError> {
         (**self).load_aggregates(p, ns)
+    }
+
+    fn get_aggregate(&self, p: PartitionId, ns: Namespace, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        (**self).get_aggregate(p, ns, key)
+    }
+
+    fn scan_aggregates(&self, p: PartitionId, ns: Namespace, prefix: &[u8]) -> Result<Vec<KeyValue>, StateError> {
+        (**self).scan_aggregates(p, ns, prefix)
     }
 
     fn dedup_lookup(&self, p: PartitionId, ids: &[&str]) -> Result<Vec<Option<i64>>, StateError> {
