@@ -234,3 +234,98 @@ fn state_key(kind: u8, combined: &str) -> Vec<u8> {
     k.extend_from_slice(combined.as_bytes());
     k
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_state::StoreOptions;
+    use tidemark_topology::dashboard::DashboardRecord;
+
+    const WINDOW: &str = "2026-11-28T14:59:00.000Z";
+
+    fn cfg() -> CombineTaskConfig {
+        CombineTaskConfig {
+            topic: "combine".into(),
+            upstreams: 2,
+            window: WindowPolicy {
+                size_ms: 60_000,
+                allowed_lateness_ms: 0,
+                grace_ms: 120_000,
+                retention_ms: 3_600_000,
+            },
+            finance_tz: chrono_tz::Asia::Tokyo,
+        }
+    }
+
+    fn partial(p: i32, orders: u64, version: u64) -> Vec<u8> {
+        let r = DashboardRecord {
+            window_start: WINDOW.into(),
+            window_end: "2026-11-28T15:00:00.000Z".into(),
+            store: "tokyo-01".into(),
+            currency: "JPY".into(),
+            source_partition: p,
+            orders,
+            units: orders,
+            gross: (orders * 100).into(),
+            cancelled: rust_decimal::Decimal::ZERO,
+            refunded: rust_decimal::Decimal::ZERO,
+            net: (orders * 100).into(),
+            version,
+            as_of: "2026-11-28T14:59:30.000Z".into(),
+        };
+        CombineInput::wrap("dashboard", &serde_json::to_vec(&r).expect("json"))
+    }
+
+    /// Feeds `values` from `offset` on, commits, and returns the combined rows emitted.
+    fn feed(store: &Store, task: &mut CombineTask, offset: i64, values: &[Vec<u8>]) -> Vec<DashboardCombinedRow> {
+        let (stats, mut out) = (Stats::default(), Vec::new());
+        for (i, v) in values.iter().enumerate() {
+            let rec = SourceRecord { key: None, value: Some(v), append_ms: 1, offset: offset + i as i64 };
+            assert!(task.ingest(rec, &mut out, &stats));
+        }
+        let mut batch = store.batch();
+        task.finish(&mut batch, &mut out).expect("finish");
+        batch.commit().expect("commit");
+        out.iter()
+            .filter(|r| r.sink == Sink::DashboardCombined)
+            .map(|r| serde_json::from_slice::<DashboardCombinedRow>(&r.value).expect("row"))
+            .collect()
+    }
+
+    type DashboardCombinedRow = tidemark_topology::combine::DashboardCombined;
+
+    #[test]
+    fn the_latest_partials_survive_a_restart_and_a_replayed_partial_emits_nothing() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path(), &StoreOptions::default()).expect("open");
+        let id = PartitionId { source: PartitionId::COMBINE, partition: 0 };
+        let mut task = CombineTask::restore(&store, id, cfg()).expect("restore");
+        let rows = feed(&store, &mut task, 0, &[partial(0, 2, 2), partial(1, 1, 1)]);
+        assert_eq!(rows.last().map(|r| (r.orders, r.version, r.partitions)), Some((3, 3, 2)));
+        drop(task);
+
+        let mut task = CombineTask::restore(&store, id, cfg()).expect("restore");
+        assert_eq!(task.checkpoint().next_offset, 2);
+        assert!(feed(&store, &mut task, 2, &[partial(0, 2, 2), partial(1, 1, 1)]).is_empty(), "replays change nothing");
+        let rows = feed(&store, &mut task, 4, &[partial(1, 4, 5)]);
+        assert_eq!(rows.last().map(|r| (r.orders, r.version)), Some((6, 7)), "p0's partial came from the store");
+    }
+
+    #[test]
+    fn a_key_expired_in_every_orders_partition_is_dropped_and_a_late_replay_of_it_ignored() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path(), &StoreOptions::default()).expect("open");
+        let id = PartitionId { source: PartitionId::COMBINE, partition: 0 };
+        let mut task = CombineTask::restore(&store, id, cfg()).expect("restore");
+        feed(&store, &mut task, 0, &[partial(0, 1, 1)]);
+        let start = chrono::DateTime::parse_from_rfc3339(WINDOW).expect("t").timestamp_millis();
+        let past = start + 60_000 + 3_600_000;
+        feed(&store, &mut task, 1, &[CombineInput::mark_bytes(0, past)]);
+        assert_eq!(task.keys(), 1, "orders partition 1 has not passed the window yet");
+        feed(&store, &mut task, 2, &[CombineInput::mark_bytes(1, past)]);
+        assert_eq!(task.keys(), 0);
+        assert!(feed(&store, &mut task, 3, &[partial(1, 1, 1)]).is_empty(), "a replay of an expired key");
+        let restored = CombineTask::restore(&store, id, cfg()).expect("restore");
+        assert_eq!(restored.keys(), 0, "the drop was committed");
+    }
+}
