@@ -1,6 +1,7 @@
 //! Command-line interface. Every command and flag is documented here; `--help` prints it.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -59,11 +60,11 @@ pub struct MicrobatchArgs {
     #[arg(long, env = "TIDEMARK_STATE_DIR", default_value = "./state-microbatch")]
     pub state_dir: PathBuf,
     /// Start a slice this often (humantime, e.g. `2m`); a slice that overruns delays the next.
-    #[arg(long, default_value = "2m")]
-    pub every: String,
+    #[arg(long, default_value = "2m", value_parser = positive_duration)]
+    pub every: Duration,
     /// Freshness budget of the results: a slice reports whether `every + its duration` fits.
-    #[arg(long, default_value = "5m")]
-    pub deadline: String,
+    #[arg(long, default_value = "5m", value_parser = positive_duration)]
+    pub deadline: Duration,
     /// Write dashboard rows here instead of the topology's `sinks.dashboard`.
     #[arg(long)]
     pub dashboard_topic: Option<String>,
@@ -323,8 +324,8 @@ pub struct QueryDashboardArgs {
     #[arg(long)]
     pub to: Option<String>,
     /// `table` (human) or `json` (one object per line).
-    #[arg(long, default_value = "table")]
-    pub format: String,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
     /// Print per-partition partials instead of combined totals.
     #[arg(long)]
     pub partials: bool,
@@ -374,8 +375,8 @@ pub struct BatchCloseArgs {
     #[arg(long)]
     pub from: Option<String>,
     /// How long after the end of the day the default cutoff lies: covers the late tail.
-    #[arg(long, default_value = "7h")]
-    pub grace: String,
+    #[arg(long, default_value = "7h", value_parser = humantime::parse_duration)]
+    pub grace: Duration,
     /// Publish a close without rows (a day without sales) instead of failing validation.
     #[arg(long)]
     pub allow_empty: bool,
@@ -399,8 +400,8 @@ pub struct BatchShowArgs {
     pub day: BatchDayArgs,
     /// `table` (human), `json` (one document: close, adjustments, adjusted totals) or `rows`
     /// (the close's row values as published, one per line: their SHA-256 is the checksum).
-    #[arg(long, default_value = "table")]
-    pub format: String,
+    #[arg(long, value_enum, default_value_t = ShowFormat::Table)]
+    pub format: ShowFormat,
 }
 
 #[derive(Args, Debug)]
@@ -408,8 +409,37 @@ pub struct BatchShadowArgs {
     #[command(flatten)]
     pub day: BatchDayArgs,
     /// `table` (human) or `json` (one document).
-    #[arg(long, default_value = "table")]
-    pub format: String,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+}
+
+/// `--format` of `query` and `batch shadow`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned text for people.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// `--format` of `batch show`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ShowFormat {
+    /// Aligned text for people.
+    Table,
+    /// One document: close, adjustments, adjusted totals.
+    Json,
+    /// The close's row values as published, one per line.
+    Rows,
+}
+
+/// A humantime duration above zero, e.g. `2m`.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err("must be positive".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("{e} (expected a duration like 2m)")),
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -491,4 +521,28 @@ pub struct ActionsResendArgs {
     /// Why, recorded in the audit record of every re-sent action.
     #[arg(long)]
     pub reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tidemark").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn malformed_formats_and_durations_are_refused_by_clap_before_any_command_runs() {
+        let day = ["--topology", "t.toml", "--business-day", "2026-11-28"];
+        let close = |grace: &str| parse(&[&["batch", "close"], &day[..], &["--grace", grace]].concat());
+        assert_eq!(close("soon").err().map(|e| e.kind()), Some(ErrorKind::ValueValidation));
+        assert!(close("90m").is_ok());
+        let shadow = |format: &str| parse(&[&["batch", "shadow"], &day[..], &["--format", format]].concat());
+        assert_eq!(shadow("yaml").err().map(|e| e.kind()), Some(ErrorKind::InvalidValue));
+        assert!(shadow("json").is_ok());
+        let every = |every: &str| parse(&["microbatch", "--topology", "t.toml", "--every", every]);
+        assert_eq!(every("0s").err().map(|e| e.kind()), Some(ErrorKind::ValueValidation));
+        assert!(every("30s").is_ok());
+    }
 }

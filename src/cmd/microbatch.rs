@@ -70,12 +70,6 @@ struct SliceReport<'a> {
     within_deadline: bool,
 }
 
-fn millis(flag: &str, text: &str) -> anyhow::Result<Duration> {
-    let d = humantime::parse_duration(text).with_context(|| format!("{flag} {text}: expected a duration like 2m"))?;
-    anyhow::ensure!(!d.is_zero(), "{flag} {text}: must be positive");
-    Ok(d)
-}
-
 fn load_log(store: &Store) -> anyhow::Result<SliceLog> {
     Ok(store
         .record(SLICES)?
@@ -86,9 +80,8 @@ fn load_log(store: &Store) -> anyhow::Result<SliceLog> {
 
 pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let topology = config::load(&args.topology)?;
-    let settings = super::run::settings(&args.kafka)?;
-    let every = millis("--every", &args.every)?;
-    let deadline = millis("--deadline", &args.deadline)?;
+    let settings = crate::kafka::KafkaSettings::from_args(&args.kafka)?;
+    let (every, deadline) = (args.every, args.deadline);
     std::fs::create_dir_all(&args.state_dir).with_context(|| format!("creating {}", args.state_dir.display()))?;
     let store = Store::open(
         &args.state_dir,
@@ -109,7 +102,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
     let sink =
         OutputSink::new(&settings, &topology)?.redirect(args.dashboard_topic.as_deref(), args.finance_topic.as_deref());
     let stop = Arc::new(AtomicBool::new(false));
-    super::run::install_signal_handler(rt, Arc::clone(&stop));
+    crate::signal::install_handler(rt, Arc::clone(&stop));
     let mut report = match &args.report {
         Some(p) => Some(
             std::fs::OpenOptions::new()

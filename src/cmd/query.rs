@@ -15,7 +15,7 @@ use serde::Serialize;
 use tidemark_topology::config;
 use tidemark_topology::dashboard::DashboardRecord;
 
-use crate::cli::QueryDashboardArgs;
+use crate::cli::{OutputFormat, QueryDashboardArgs};
 use crate::kafka::reader::read_topic;
 use crate::kafka::KafkaSettings;
 
@@ -102,11 +102,7 @@ pub fn dashboard(args: QueryDashboardArgs, settings: &KafkaSettings) -> anyhow::
             && args.to.as_deref().is_none_or(|t| start < t)
     };
     let mut stdout = std::io::stdout().lock();
-    let json = match args.format.as_str() {
-        "json" => true,
-        "table" => false,
-        other => anyhow::bail!("--format {other}: expected table or json"),
-    };
+    let json = args.format == OutputFormat::Json;
     if args.partials {
         for r in partials.values().filter(|r| keep(&r.store, &r.window_start)) {
             writeln!(stdout, "{}", serde_json::to_string(r)?)?;

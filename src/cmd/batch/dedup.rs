@@ -34,7 +34,12 @@ impl DiskDedup {
     pub fn new(retention_ms: i64) -> anyhow::Result<DiskDedup> {
         let dir = tempfile::Builder::new().prefix("tidemark-dedup-").tempdir()?;
         // Throwaway: nothing to recover after a crash, so no fsync; a small cache.
-        let opts = StoreOptions { owner: "batch-dedup".into(), block_cache_bytes: 64 << 20, sync_commits: false };
+        let opts = StoreOptions {
+            owner: "batch-dedup".into(),
+            block_cache_bytes: 64 << 20,
+            sync_commits: false,
+            ..StoreOptions::default()
+        };
         let store = Store::open(dir.path(), &opts)?;
         Ok(DiskDedup { store, retention_ms, chunk: CHUNK, _dir: dir })
     }

@@ -65,7 +65,7 @@ struct Ctx {
 impl Ctx {
     fn new(args: &BatchDayArgs) -> anyhow::Result<Ctx> {
         let topology = config::load(&args.topology)?;
-        let settings = crate::cmd::run::settings(&args.kafka)?;
+        let settings = crate::kafka::KafkaSettings::from_args(&args.kafka)?;
         let day = parse_day(&args.business_day, topology.finance_time_zone, chrono::Utc::now())?;
         Ok(Ctx { topology, settings, day })
     }
@@ -145,10 +145,7 @@ pub fn close(args: BatchCloseArgs) -> anyhow::Result<()> {
     let log = Log::open(&ctx.settings, &ctx.topology.orders.topic)?;
     let to = end_offsets(&log, args.to.as_deref(), || match &args.cutoff {
         Some(c) => parse_time("--cutoff", c),
-        None => {
-            let grace = humantime::parse_duration(&args.grace).with_context(|| format!("--grace {}", args.grace))?;
-            Ok(end_ms + i64::try_from(grace.as_millis()).unwrap_or(i64::MAX))
-        }
+        None => Ok(end_ms + i64::try_from(args.grace.as_millis()).unwrap_or(i64::MAX)),
     })?;
     let from = match &args.from {
         Some(spec) => parse_offsets("--from", spec)?,

@@ -27,7 +27,7 @@ use super::manifest;
 use super::range::{Input, Log};
 use super::show::{adjusted, load};
 use super::{fold_after, store, Ctx};
-use crate::cli::BatchShadowArgs;
+use crate::cli::{BatchShadowArgs, OutputFormat};
 use crate::cmd::query::latest_partials;
 use crate::engine::output::headers;
 use crate::kafka::reader::read_topic;
@@ -229,9 +229,9 @@ pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
         unexplained,
     };
     let mut out = std::io::stdout().lock();
-    match args.format.as_str() {
-        "json" => writeln!(out, "{}", serde_json::to_string(&report)?)?,
-        "table" => {
+    match args.format {
+        OutputFormat::Json => writeln!(out, "{}", serde_json::to_string(&report)?)?,
+        OutputFormat::Table => {
             writeln!(
                 out,
                 "shadow {day}: close {} + {} adjustment(s) vs the stream's dashboard; {} key(s), {} differing field(s), {} unexplained",
@@ -254,7 +254,6 @@ pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
                 )?;
             }
         }
-        other => anyhow::bail!("--format {other}: expected table or json"),
     }
     anyhow::ensure!(unexplained == 0, "{unexplained} unexplained difference(s) between stream and batch for {day}");
     Ok(())

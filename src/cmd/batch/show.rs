@@ -13,7 +13,7 @@ use tidemark_topology::finance::FinanceRow;
 
 use super::manifest::{self, Manifest};
 use super::{store, Ctx};
-use crate::cli::BatchShowArgs;
+use crate::cli::{BatchShowArgs, ShowFormat};
 
 /// A published run with its verified rows.
 #[derive(Serialize)]
@@ -95,12 +95,11 @@ pub fn show(args: BatchShowArgs) -> anyhow::Result<()> {
     }
     let view = DayView { adjusted: adjusted(&close, &adjustments), close, adjustments };
     let mut out = std::io::stdout().lock();
-    match args.format.as_str() {
-        "json" => writeln!(out, "{}", serde_json::to_string(&view)?)?,
+    match args.format {
+        ShowFormat::Json => writeln!(out, "{}", serde_json::to_string(&view)?)?,
         // The close's rows exactly as published: `sha256sum` of this is the checksum.
-        "rows" => out.write_all(&close_lines)?,
-        "table" => table(&mut out, &view)?,
-        other => anyhow::bail!("--format {other}: expected table, json or rows"),
+        ShowFormat::Rows => out.write_all(&close_lines)?,
+        ShowFormat::Table => table(&mut out, &view)?,
     }
     Ok(())
 }
