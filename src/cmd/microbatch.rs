@@ -134,8 +134,13 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
     progress.nothing_to_restore();
     // From the start, so the deadline-miss rate reads 0 rather than no data.
     counter!("tidemark_microbatch_deadline_misses_total").absolute(0);
-    let mut runner =
-        SliceRunner::new(&store, task_config(&topology), topology.max_batch_records, true, Arc::clone(&stats));
+    let mut runner = SliceRunner::new(
+        &store,
+        TaskConfig::from_topology(&topology, 0),
+        topology.max_batch_records,
+        true,
+        Arc::clone(&stats),
+    );
     let mut log = load_log(&store)?;
     let started = Instant::now();
     let mut ran = 0u64;
@@ -233,10 +238,6 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         let _ = p.join();
     }
     Ok(())
-}
-
-fn task_config(t: &Topology) -> TaskConfig {
-    TaskConfig::from_topology(t, 0)
 }
 
 /// Sleeps until `at`, beating the liveness heartbeat; false when a stop signal came first.
