@@ -10,6 +10,7 @@
 //! - [`dispatch`]: the idempotent, signed HTTP dispatcher of actions (one classified POST per call).
 //! - [`kafka`]: client settings, topic admin, consumer context, output producer, bounded reads.
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
+//! - [`signal`]: graceful stop on SIGTERM/SIGINT (a second signal exits at once).
 //! - [`status`]: the live status line and final summary.
 //! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
 //!   engine and an in-memory store; see `docs/test-driver.md`.
@@ -23,6 +24,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod failpoint;
 pub mod kafka;
+pub mod signal;
 pub mod status;
 pub mod stream;
 pub mod telemetry;

@@ -33,7 +33,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Run(args) => cmd::run::run(args, &runtime()?)?,
         Command::Demo(args) => cmd::demo::run(args)?,
         Command::Gen(args) => {
-            let settings = cmd::run::settings(&args.kafka)?;
+            let settings = tidemark::kafka::KafkaSettings::from_args(&args.kafka)?;
             cmd::gen::run(args, &settings)?
         }
         Command::Validate { file } => match config::load(&file) {
@@ -45,13 +45,13 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         },
         Command::Topics(args) => {
             let topology = config::load(&args.topology)?;
-            let settings = cmd::run::settings(&args.kafka)?;
+            let settings = tidemark::kafka::KafkaSettings::from_args(&args.kafka)?;
             let created =
                 runtime()?.block_on(tidemark::kafka::admin::ensure_topics(&settings, &topology, args.replication))?;
             println!("created {} topic(s): {}", created.len(), created.join(", "));
         }
         Command::Query(QueryCommand::Dashboard(args)) => {
-            let settings = cmd::run::settings(&args.kafka)?;
+            let settings = tidemark::kafka::KafkaSettings::from_args(&args.kafka)?;
             cmd::query::dashboard(args, &settings)?
         }
         Command::Batch(BatchCommand::Close(args)) => cmd::batch::close(args)?,

@@ -239,7 +239,7 @@ fn select(
 /// of a re-send that did not happen yet; running the command again completes it.
 pub fn resend(args: ActionsResendArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let topology = config::load(&args.topology)?;
-    let settings = crate::cmd::run::settings(&args.kafka)?;
+    let settings = crate::kafka::KafkaSettings::from_args(&args.kafka)?;
     no_store(&args.state_dir)?;
     let owner = format!("{}/{}", topology.name, args.group);
     let store = match Store::open(&args.state_dir, &StoreOptions { owner, ..StoreOptions::default() }) {

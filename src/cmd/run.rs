@@ -9,41 +9,11 @@ use tidemark_state::PartitionId;
 use tidemark_topology::config;
 use tracing::info;
 
-use crate::cli::{KafkaArgs, RunArgs};
+use crate::cli::RunArgs;
 use crate::engine::Stats;
 use crate::kafka::{admin, KafkaSettings};
 use crate::telemetry::{self, Progress};
-use crate::{actions, status, stream};
-
-pub fn settings(k: &KafkaArgs) -> anyhow::Result<KafkaSettings> {
-    let mut s = KafkaSettings::new(&k.bootstrap);
-    if let Some(f) = &k.kafka_config {
-        s = s.with_file(f).map_err(anyhow::Error::msg)?;
-    }
-    let s = s.with_pairs(&k.kafka_option).map_err(anyhow::Error::msg)?;
-    // Here rather than at the first client: librdkafka's message would quote secret values.
-    s.validate().map_err(anyhow::Error::msg)?;
-    Ok(s)
-}
-
-/// Sets `stop` on SIGTERM or SIGINT; a second signal exits at once.
-pub fn install_signal_handler(rt: &tokio::runtime::Runtime, stop: Arc<AtomicBool>) {
-    rt.spawn(async move {
-        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
-        for round in 0.. {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
-            }
-            if round > 0 {
-                eprintln!("tidemark: second signal, exiting without final commit");
-                std::process::exit(130);
-            }
-            info!("signal received: finishing the batch, committing, leaving the group");
-            stop.store(true, Ordering::Relaxed);
-        }
-    });
-}
+use crate::{actions, signal, status, stream};
 
 /// `--admin-addr` (default `127.0.0.1:9091`, `off`) and `--admin-token-file`.
 fn admin_config(args: &RunArgs) -> anyhow::Result<Option<telemetry::admin::Config>> {
@@ -62,7 +32,7 @@ fn admin_config(args: &RunArgs) -> anyhow::Result<Option<telemetry::admin::Confi
 
 pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let topology = config::load(&args.topology)?;
-    let settings = settings(&args.kafka)?;
+    let settings = KafkaSettings::from_args(&args.kafka)?;
     let static_assignment = match args.replicas {
         None => None,
         Some(replicas) => {
@@ -96,7 +66,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         args.allow_create_time,
     ))?;
     let stop = Arc::new(AtomicBool::new(false));
-    install_signal_handler(rt, Arc::clone(&stop));
+    signal::install_handler(rt, Arc::clone(&stop));
     let stats = Arc::new(Stats::default());
     let printer = (args.status_every > 0)
         .then(|| status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(args.status_every)));

@@ -8,6 +8,8 @@ use std::path::Path;
 
 use rdkafka::ClientConfig;
 
+use crate::cli::KafkaArgs;
+
 #[derive(Clone, Debug, Default)]
 pub struct KafkaSettings {
     pub bootstrap: String,
@@ -17,6 +19,18 @@ pub struct KafkaSettings {
 impl KafkaSettings {
     pub fn new(bootstrap: &str) -> Self {
         KafkaSettings { bootstrap: bootstrap.to_string(), extra: Vec::new() }
+    }
+
+    /// The settings of a command's `--bootstrap`, `--kafka-config` and `-X` flags, validated.
+    pub fn from_args(k: &KafkaArgs) -> anyhow::Result<Self> {
+        let mut s = KafkaSettings::new(&k.bootstrap);
+        if let Some(f) = &k.kafka_config {
+            s = s.with_file(f).map_err(anyhow::Error::msg)?;
+        }
+        let s = s.with_pairs(&k.kafka_option).map_err(anyhow::Error::msg)?;
+        // Here rather than at the first client: librdkafka's message would quote secret values.
+        s.validate().map_err(anyhow::Error::msg)?;
+        Ok(s)
     }
 
     /// Adds `key=value` pairs; reports every malformed one at once.

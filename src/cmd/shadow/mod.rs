@@ -99,7 +99,7 @@ impl Source for LogSource<'_> {
 
 pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
     let topology = config::load(&args.topology)?;
-    let settings = super::run::settings(&args.kafka)?;
+    let settings = crate::kafka::KafkaSettings::from_args(&args.kafka)?;
     let log = Log::open(&settings, &topology.orders.topic)?;
     let to: Offsets = if args.range == "end" {
         log.watermarks().iter().map(|(p, (_, high))| (*p, *high)).collect()
