@@ -3,10 +3,11 @@
 # 100 M events). Generates N order events (`tidemark gen`, seeded) into a fresh orders topic
 # on the broker, closes their business day over the whole range under `/usr/bin/time -v`,
 # and records the git revision, max RSS, wall time and events/s in
-# bench/results/batch_memory.json. Refuses a dirty tree unless ALLOW_DIRTY=1.
+# bench/results/batch_memory.json. Measures a committed build unless ALLOW_DIRTY=1.
 #
 #   bench/batch_memory.sh [N=2000000]
-#   BOOTSTRAP (default 127.0.0.1:19092), EVENT_BYTES (default 256), PARTITIONS (default 4)
+#   BOOTSTRAP (default 127.0.0.1:19092), EVENT_BYTES (default 256), PARTITIONS (default 4),
+#   NAME (result file bench/results/$NAME.json, default batch_memory), BENCH_REV
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -14,17 +15,22 @@ N="${1:-2000000}"
 BOOT="${BOOTSTRAP:-127.0.0.1:19092}"
 EVENT_BYTES="${EVENT_BYTES:-256}"
 KAFKA_HOME="${TIDEMARK_CACHE:-$HOME/.cache/tidemark}/kafka-4.4.0"
-if [ -n "$(git status --porcelain --untracked-files=no)" ] && [ "${ALLOW_DIRTY:-0}" != 1 ]; then
-  echo "batch_memory: the tree has uncommitted changes; commit first (or ALLOW_DIRTY=1)" >&2
-  exit 2
-fi
-REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+dirty')"
-cargo build --release --bin tidemark >&2
+# The binary: HEAD (or BENCH_REV) built in a clean worktree; the working tree's own build only
+# with ALLOW_DIRTY=1, labelled +dirty.
 BIN="$(mktemp /tmp/tidemark-batch-memory.XXXX)"
-cp -p "$CARGO_TARGET_DIR/release/tidemark" "$BIN"
+if [ "${ALLOW_DIRTY:-0}" = 1 ]; then
+  REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+dirty')"
+  cargo build --release --bin tidemark >&2
+  cp -p "$CARGO_TARGET_DIR/release/tidemark" "$BIN"
+else
+  REV="$(git rev-parse --short "${BENCH_REV:-HEAD}")"
+  cp -p "$(bench/lib/build_rev.sh "$REV")" "$BIN"
+fi
 WORK="$(mktemp -d /tmp/batch-memory.XXXX)"
-trap 'rm -rf "$WORK" "$BIN"' EXIT
 TAG="batchmem-$(date +%s)"
+# The generated log is GBs at 100 M events: deleted with the run.
+trap 'rm -rf "$WORK" "$BIN"; java -Xmx256m -cp "$KAFKA_HOME/libs/*" -Dlog4j2.level=error org.apache.kafka.tools.TopicCommand \
+  --bootstrap-server "$BOOT" --delete --topic "$TAG\..*" >/dev/null 2>&1 || true' EXIT
 
 # The example topology with this run's topics.
 sed -e "s/topic = \"orders\"/topic = \"$TAG.orders\"/" -e "s/topic = \"inventory\"/topic = \"$TAG.inventory\"/" \
@@ -49,7 +55,7 @@ echo "batch_memory: closing 2026-11-28 over $FROM .. $ENDS" >&2
   --business-day 2026-11-28 --from "$FROM" --to "$ENDS" > "$WORK/manifest.json" 2> "$WORK/close.log" \
   || { tail -20 "$WORK/close.log" >&2; exit 1; }
 
-python3 - "$WORK/time.txt" "$WORK/manifest.json" "$REV" "$N" "$EVENT_BYTES" <<'PY' > bench/results/batch_memory.json
+python3 - "$WORK/time.txt" "$WORK/manifest.json" "$REV" "$N" "$EVENT_BYTES" <<'PY' > "bench/results/${NAME:-batch_memory}.json"
 import json, re, sys
 time_txt, manifest, rev, n, event_bytes = sys.argv[1:]
 t = open(time_txt).read()
