@@ -207,12 +207,13 @@ impl SkuTask {
             .min()
     }
 
-    /// Step 2. New outbox rows are appended to `rows` for the dispatcher (after the commit).
+    /// Step 2. New outbox rows are appended to `rows` for the dispatcher (after the commit),
+    /// each beside this task's partition, whose outbox holds it.
     pub fn finish<S: StateView + ?Sized, W: StateWrite>(
         &mut self,
         store: &S,
         batch: &mut W,
-        rows: &mut Vec<OutboxRow>,
+        rows: &mut Vec<(PartitionId, OutboxRow)>,
         stats: &Stats,
     ) -> Result<(), StateError> {
         self.uncommitted = false;
@@ -264,7 +265,7 @@ impl SkuTask {
         store: &S,
         batch: &mut W,
         derived: &Derived,
-        rows: &mut Vec<OutboxRow>,
+        rows: &mut Vec<(PartitionId, OutboxRow)>,
         stats: &Stats,
     ) -> Result<(), StateError> {
         let input = match derived {
@@ -293,7 +294,7 @@ impl SkuTask {
             }
         }
         for intent in self.processor.apply(&input) {
-            let pending_here = rows.iter().any(|r| r.key == intent.key);
+            let pending_here = rows.iter().any(|(_, r)| r.key == intent.key);
             if pending_here || store.outbox_get(self.id, &intent.key)?.is_some() {
                 continue;
             }
@@ -314,7 +315,7 @@ impl SkuTask {
             };
             batch.put_outbox(self.id, &row.key, &codec::encode(&row)?, row.index());
             Stats::add(&stats.actions, 1);
-            rows.push(row);
+            rows.push((self.id, row));
         }
         Ok(())
     }

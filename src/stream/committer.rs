@@ -23,7 +23,6 @@ use std::time::Instant;
 use anyhow::Context as _;
 use tidemark_state::{PartitionId, StagedBatch, Store};
 
-use super::tasks::SKU_REPARTITION;
 use super::RowSender;
 use crate::engine::outbox::OutboxRow;
 use crate::engine::Stats;
@@ -35,7 +34,8 @@ use crate::telemetry::Progress;
 /// One finished batch: its outputs are already queued in the producer.
 pub struct Job {
     pub batch: StagedBatch,
-    pub rows: Vec<OutboxRow>,
+    /// New outbox rows, each beside the SKU partition whose outbox holds it.
+    pub rows: Vec<(PartitionId, OutboxRow)>,
     /// When the oldest record of the batch was consumed (for the latency histogram).
     pub consumed_since: Option<Instant>,
 }
@@ -45,7 +45,6 @@ pub struct Shared {
     pub store: Arc<Store>,
     pub sink: Arc<OutputSink>,
     pub rows: Option<RowSender>,
-    pub sku_partitions: i32,
     pub stats: Arc<Stats>,
     pub progress: Arc<Progress>,
     pub latencies: Latencies,
@@ -125,13 +124,11 @@ fn commit(shared: &Shared, job: Job) -> anyhow::Result<bool> {
 }
 
 /// Committed rows go to the dispatcher at once, not at the next loop turn.
-fn hand_over(shared: &Shared, rows: Vec<OutboxRow>) {
+fn hand_over(shared: &Shared, rows: Vec<(PartitionId, OutboxRow)>) {
     let Some(tx) = &shared.rows else { return };
     let now = chrono::Utc::now().timestamp_millis();
-    for mut row in rows {
+    for (id, mut row) in rows {
         row.committed_wall_ms = now;
-        let partition = crate::engine::derive::sku_partition(&row.sku, shared.sku_partitions);
-        let id = PartitionId { source: SKU_REPARTITION, partition };
         if tx.try_send((id, row)).is_err() {
             // Durable already: the dispatcher picks it up on its next outbox scan.
             shared.stats.outbox_rescan.store(true, Ordering::Relaxed);

@@ -78,7 +78,7 @@ impl Task {
         store: &Store,
         batch: &mut CommitBatch<'_>,
         out: &mut Vec<OutputRecord>,
-        rows: &mut Vec<OutboxRow>,
+        rows: &mut Vec<(PartitionId, OutboxRow)>,
         stats: &Stats,
     ) -> Result<(), StateError> {
         match self {

@@ -351,7 +351,7 @@ impl TopologyDriver {
         if commit {
             self.store.commit(batch)?;
             counts.actions = rows.len();
-            self.actions.extend(rows);
+            self.actions.extend(rows.into_iter().map(|(_, row)| row));
         }
         Ok(counts)
     }
