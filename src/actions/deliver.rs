@@ -1,0 +1,144 @@
+//! Delivery of one row: start (audit, redelivery count), attempts with backoff, and the
+//! durable outcome.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use metrics::counter;
+use tidemark_state::{codec, PartitionId};
+use tracing::error;
+
+use super::{record, Counted, Ctx, REDELIVERY_LOG};
+use crate::dispatch::{Delivery, Outcome, Target};
+use crate::engine::outbox::{OutboxRow, RowState};
+use crate::failpoint;
+use crate::telemetry::events::{Segment, DISPATCH, LATENCY};
+
+pub(super) fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
+    let counted = if from_scan { Counted::count(&ctx.backlog, &row) } else { Counted::adopt(&ctx.backlog, &row) };
+    {
+        let Ok(mut f) = ctx.in_flight.lock() else { return };
+        if f.contains_key(&row.key) {
+            return;
+        }
+        if row.state == RowState::Pending {
+            f.insert(row.key.clone(), row.committed_wall_ms);
+        }
+    }
+    let ctx = Arc::clone(ctx);
+    tokio::spawn(async move {
+        let _counted = counted;
+        if !from_scan {
+            ctx.audit(&row, "created", None, None).await;
+        }
+        if row.state == RowState::Shadow {
+            ctx.audit(&row, "shadow", None, None).await;
+            return;
+        }
+        if from_scan && row.attempts > 0 {
+            counter!("tidemark_dispatch_redeliveries_total").increment(1);
+            // The log outlives the process: chaos counts these lines, including those of
+            // processes killed before their metrics could be scraped.
+            tracing::info!(key = %row.key, attempts = row.attempts, "{REDELIVERY_LOG}");
+        }
+        ctx.deliver(id, row).await;
+    });
+}
+
+impl Ctx {
+    pub(super) async fn deliver(&self, id: PartitionId, mut row: OutboxRow) {
+        let target = if row.mode == "act" { Target::Act } else { Target::Notify };
+        let mut first = true;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            row.attempts += 1;
+            if !self.persist(id, &row).await {
+                break;
+            }
+            let now = chrono::Utc::now().timestamp_millis();
+            if first && row.committed_wall_ms > 0 {
+                record(Segment::CommitToDispatch, now - row.committed_wall_ms);
+                first = false;
+            }
+            let started = Instant::now();
+            let delivery = Delivery {
+                key: row.key.clone(),
+                target,
+                body: row.payload.clone(),
+                attempt: row.attempts - 1,
+                source_append_ms: row.source_append_ms,
+            };
+            let outcome = self.dispatcher.attempt(&delivery).await;
+            crate::telemetry::events::observe(LATENCY, Segment::DispatchToAck, started.elapsed().as_secs_f64());
+            counter!(DISPATCH, "outcome" => outcome.label()).increment(1);
+            match outcome {
+                // Record the outcome before anything else: the time between the endpoint's
+                // answer and this write is the only window in which a crash repeats a POST.
+                Outcome::Delivered { status } => {
+                    failpoint::hit("dispatch.after_ack_before_mark");
+                    row.state = RowState::Delivered { status };
+                    self.finish(id, &row).await;
+                    self.audit(&row, "attempt", Some(status), Some("delivered".into())).await;
+                    break;
+                }
+                Outcome::Conflict => {
+                    failpoint::hit("dispatch.after_ack_before_mark");
+                    row.state = RowState::Conflict;
+                    self.finish(id, &row).await;
+                    self.audit(&row, "attempt", Some(409), Some("conflict".into())).await;
+                    break;
+                }
+                Outcome::PermanentFailure { status, body_snippet } => {
+                    self.audit(&row, "attempt", Some(status), Some(format!("permanent failure: {body_snippet}"))).await;
+                    row.state = RowState::Failed { status };
+                    self.dead_letter(&row, status).await;
+                    self.finish(id, &row).await;
+                    break;
+                }
+                Outcome::Retry { reason, after } => {
+                    self.audit(&row, "attempt", None, Some(format!("retry: {reason}"))).await;
+                    // `after` is already the jittered, capped backoff for this attempt count.
+                    tokio::time::sleep(after).await;
+                }
+            }
+        }
+        if let Ok(mut f) = self.in_flight.lock() {
+            f.remove(&row.key);
+        }
+    }
+
+    async fn finish(&self, id: PartitionId, row: &OutboxRow) {
+        if self.persist(id, row).await {
+            record(Segment::EndToEnd, chrono::Utc::now().timestamp_millis() - row.source_append_ms);
+            tracing::debug!(key = %row.key, state = ?row.state, attempts = row.attempts, "action settled");
+        }
+    }
+
+    /// Durable row update, off the async threads (it fsyncs).
+    async fn persist(&self, id: PartitionId, row: &OutboxRow) -> bool {
+        let store = Arc::clone(&self.store);
+        let key = row.key.clone();
+        let bytes = match codec::encode(row) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                error!(key = %row.key, error = %e, "cannot encode the outbox row");
+                return false;
+            }
+        };
+        let index = row.index();
+        match tokio::task::spawn_blocking(move || store.outbox_update(id, &key, &bytes, index)).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                error!(key = %row.key, error = %e, "cannot update the outbox row");
+                false
+            }
+            Err(e) => {
+                error!(key = %row.key, error = %e, "outbox update task failed");
+                false
+            }
+        }
+    }
+}
