@@ -106,6 +106,26 @@ impl FinanceAgg {
         }
         self.events += 1;
     }
+
+    /// Adds another row's totals to this one.
+    pub fn add(&mut self, other: &FinanceAgg) {
+        self.orders += other.orders;
+        self.events += other.events;
+        self.gross += other.gross;
+        self.cancelled += other.cancelled;
+        self.refunded += other.refunded;
+    }
+}
+
+/// What one deduplicated event adds to the finance rows, the one definition every mode
+/// uses: its business day in `tz`, its row (store and currency) and its amounts. `None`
+/// when it carries no money (shipped) or its time has no calendar date.
+pub fn contribution(event: &CanonicalEvent, tz: Tz) -> Option<(NaiveDate, FinanceKey, FinanceAgg)> {
+    let key = FinanceKey::of(event)?;
+    let day = business_day(event.event_time_ms, tz)?;
+    let mut agg = FinanceAgg::default();
+    agg.apply(event);
+    Some((day, key, agg))
 }
 
 /// A published row: the value of a `finance_close` record. Field order is fixed and money is
@@ -315,12 +335,14 @@ impl DayClose {
         if !dedup.first_time(&event.event_id, append_ms) {
             return Outcome::Duplicate;
         }
-        if business_day(event.event_time_ms, self.tz) != Some(self.day) {
-            return Outcome::OutOfDay;
+        match contribution(event, self.tz) {
+            Some((day, key, agg)) if day == self.day => {
+                self.aggs.entry(key).or_default().add(&agg);
+                Outcome::Applied
+            }
+            None if business_day(event.event_time_ms, self.tz) == Some(self.day) => Outcome::NoMoney,
+            _ => Outcome::OutOfDay,
         }
-        let Some(key) = FinanceKey::of(event) else { return Outcome::NoMoney };
-        self.aggs.entry(key).or_default().apply(event);
-        Outcome::Applied
     }
 
     pub fn tally(&self) -> &Tally {
@@ -508,6 +530,20 @@ mod tests {
             (row.currency.as_str(), row.gross.to_string(), row.net.to_string()),
             ("USD", "59.70".into(), "59.70".into())
         );
+    }
+
+    #[test]
+    fn an_event_contributes_its_amounts_to_the_row_of_its_business_day_and_shipped_to_none() {
+        let event = |bytes: &[u8]| {
+            normalize_order_with(Some(bytes), ms("2026-11-29T00:00:00Z"), NormalizeLimits::default()).expect("valid")
+        };
+        let cancelled =
+            v1("c1", "order_cancelled", "2026-11-28T15:00:00Z", r#""lines":[{"sku":"S","qty":2,"unit_price":"7"}]"#);
+        let (day, key, agg) = contribution(&event(&cancelled), tokyo()).expect("money");
+        assert_eq!((day, key.store.as_str(), key.currency.code()), (date("2026-11-29"), "tokyo-01", "JPY"));
+        assert_eq!((agg.orders, agg.events, agg.gross, agg.cancelled), (0, 1, Decimal::ZERO, Decimal::from(14)));
+        let shipped = v1("s1", "order_shipped", "2026-11-28T09:00:00Z", r#""lines":[{"sku":"S","qty":2}]"#);
+        assert_eq!(contribution(&event(&shipped), tokyo()), None);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use rdkafka::message::Headers;
 use rdkafka::Message;
 use rust_decimal::Decimal;
 use serde::Serialize;
-use tidemark_topology::finance::{business_day, day_bounds_ms, FinanceAgg, FinanceKey, FinanceRow};
+use tidemark_topology::finance::{contribution, day_bounds_ms, FinanceRow};
 use tidemark_topology::normalize::normalize_order_with;
 
 use super::manifest;
@@ -206,12 +206,10 @@ pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
             continue;
         }
         let Ok(event) = normalize_order_with(m.payload(), append_ms, ctx.topology.normalize) else { continue };
-        if business_day(event.event_time_ms, tz) != Some(ctx.day) {
+        let Some((event_day, key, agg)) = contribution(&event, tz) else { continue };
+        if event_day != ctx.day {
             continue;
         }
-        let Some(key) = FinanceKey::of(&event) else { continue };
-        let mut agg = FinanceAgg::default();
-        agg.apply(&event);
         let row = FinanceRow::new(ctx.day, &key, &agg);
         late.entry((row.store.clone(), row.currency.clone())).or_default().add(&Figures::of_row(&row));
     }

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use tidemark_state::{Store, StoreOptions};
 use tidemark_topology::dashboard::{self, DashAgg, DashboardRecord};
 use tidemark_topology::event::CanonicalEvent;
-use tidemark_topology::finance::{business_day, FinanceAgg, FinanceKey};
+use tidemark_topology::finance::{contribution, FinanceAgg};
 use tidemark_topology::normalize::normalize_order_with;
 use tidemark_topology::provisional::ProvisionalRecord;
 
@@ -178,8 +178,8 @@ pub fn batch(src: &dyn Source, cfg: &TaskConfig) -> anyhow::Result<BatchFigures>
                 return;
             }
             out.applied += 1;
-            if let Some(key) = finance_key(event, cfg) {
-                fin.entry(key).or_default().apply(event);
+            if let Some((key, agg)) = finance_contribution(event, cfg) {
+                fin.entry(key).or_default().add(&agg);
             }
             if let Some(key) = dashboard_key(event, cfg) {
                 dashboard::apply(dash.entry(key).or_default(), event, *append_ms);
@@ -191,10 +191,10 @@ pub fn batch(src: &dyn Source, cfg: &TaskConfig) -> anyhow::Result<BatchFigures>
     Ok(out)
 }
 
-fn finance_key(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<(String, String, String)> {
-    let key = FinanceKey::of(event)?;
-    let day = business_day(event.event_time_ms, cfg.finance_tz)?;
-    Some((day.to_string(), key.store, key.currency.code().to_string()))
+/// The event's finance row as `(day, store, currency)` and what it adds there.
+fn finance_contribution(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<((String, String, String), FinanceAgg)> {
+    let (day, key, agg) = contribution(event, cfg.finance_tz)?;
+    Some(((day.to_string(), key.store, key.currency.code().to_string()), agg))
 }
 
 fn dashboard_key(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<String> {
@@ -242,9 +242,7 @@ pub fn late_contributions(p: &Published, cfg: &TaskConfig) -> (BTreeMap<String, 
     let mut dash: BTreeMap<String, Late> = BTreeMap::new();
     for (value, append_ms) in &p.late {
         let Ok(event) = normalize_order_with(Some(value), *append_ms, cfg.limits) else { continue };
-        if let Some(k) = finance_key(&event, cfg) {
-            let mut a = FinanceAgg::default();
-            a.apply(&event);
+        if let Some((k, a)) = finance_contribution(&event, cfg) {
             let l = finance.entry(format!("{}|{}|{}", k.0, k.1, k.2)).or_default();
             l.events += 1;
             add(&mut l.figures, &finance_figures(&a));
