@@ -390,7 +390,10 @@ mod horizon_tests {
 
     #[test]
     fn a_week_of_retention_keeps_entries_an_hour_longer() {
-        assert_eq!(dedup_expiry_horizon(100_000 * MIN, 7 * 24 * 60 * MIN), 100_000 * MIN - 7 * 24 * 60 * MIN - 60 * MIN);
+        assert_eq!(
+            dedup_expiry_horizon(100_000 * MIN, 7 * 24 * 60 * MIN),
+            100_000 * MIN - 7 * 24 * 60 * MIN - 60 * MIN
+        );
     }
 
     #[test]
