@@ -10,8 +10,7 @@ use std::io::Write;
 
 use anyhow::Context as _;
 use rdkafka::Message;
-use rust_decimal::Decimal;
-use serde::Serialize;
+use tidemark_topology::combine::{DashboardCombined, Latest};
 use tidemark_topology::config;
 use tidemark_topology::dashboard::DashboardRecord;
 
@@ -39,58 +38,14 @@ pub fn latest_partials(settings: &KafkaSettings, topic: &str) -> anyhow::Result<
     Ok(latest)
 }
 
-/// Combined totals of one window, store and currency.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct DashboardTotal {
-    pub window_start: String,
-    pub window_end: String,
-    pub store: String,
-    pub currency: String,
-    pub partitions: usize,
-    pub orders: u64,
-    pub units: u64,
-    pub gross: Decimal,
-    pub cancelled: Decimal,
-    pub refunded: Decimal,
-    pub net: Decimal,
-    pub version: u64,
-    pub as_of: String,
-}
-
-pub fn combine<'a>(partials: impl IntoIterator<Item = &'a DashboardRecord>) -> Vec<DashboardTotal> {
-    let mut totals: BTreeMap<(String, String, String), DashboardTotal> = BTreeMap::new();
+/// Combined totals per window, store and currency: the same rows, by the same definition, as
+/// the combined dashboard topic ([`Latest::combined`]), in key order.
+pub fn combine<'a>(partials: impl IntoIterator<Item = &'a DashboardRecord>) -> Vec<DashboardCombined> {
+    let mut keys: BTreeMap<(String, String, String), Latest<DashboardRecord>> = BTreeMap::new();
     for r in partials {
-        let t = totals.entry((r.window_start.clone(), r.store.clone(), r.currency.clone())).or_insert_with(|| {
-            DashboardTotal {
-                window_start: r.window_start.clone(),
-                window_end: r.window_end.clone(),
-                store: r.store.clone(),
-                currency: r.currency.clone(),
-                partitions: 0,
-                orders: 0,
-                units: 0,
-                gross: Decimal::ZERO,
-                cancelled: Decimal::ZERO,
-                refunded: Decimal::ZERO,
-                net: Decimal::ZERO,
-                version: 0,
-                as_of: String::new(),
-            }
-        });
-        t.partitions += 1;
-        t.orders += r.orders;
-        t.units += r.units;
-        t.gross += r.gross;
-        t.cancelled += r.cancelled;
-        t.refunded += r.refunded;
-        t.net += r.net;
-        t.version += r.version;
-        // RFC 3339 UTC strings with fixed precision compare in time order.
-        if r.as_of > t.as_of {
-            t.as_of = r.as_of.clone();
-        }
+        keys.entry((r.window_start.clone(), r.store.clone(), r.currency.clone())).or_default().offer(r.clone());
     }
-    totals.into_values().collect()
+    keys.values().filter_map(Latest::<DashboardRecord>::combined).collect()
 }
 
 pub fn dashboard(args: QueryDashboardArgs, settings: &KafkaSettings) -> anyhow::Result<()> {
