@@ -45,7 +45,7 @@ pub fn combine<'a>(partials: impl IntoIterator<Item = &'a DashboardRecord>) -> V
     for r in partials {
         keys.entry((r.window_start.clone(), r.store.clone(), r.currency.clone())).or_default().offer(r.clone());
     }
-    keys.values().filter_map(Latest::<DashboardRecord>::combined).collect()
+    keys.values().filter_map(Latest::combined).collect()
 }
 
 pub fn dashboard(args: QueryDashboardArgs, settings: &KafkaSettings) -> anyhow::Result<()> {

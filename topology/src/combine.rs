@@ -82,9 +82,16 @@ pub trait PartialRecord {
     fn version(&self) -> u64;
     /// The combined key: the partial's key without `|p<n>`.
     fn combined_key(&self) -> String;
+    /// The combined row this partial's key sums into.
+    type Combined;
+    /// A combined row of this partial's key with nothing added yet.
+    fn empty_combined(&self, partitions: usize) -> Self::Combined;
+    /// Adds this partial's figures, version and `as_of` to its combined row.
+    fn add_to(&self, c: &mut Self::Combined);
 }
 
 impl PartialRecord for DashboardRecord {
+    type Combined = DashboardCombined;
     fn source_partition(&self) -> i32 {
         self.source_partition
     }
@@ -94,9 +101,37 @@ impl PartialRecord for DashboardRecord {
     fn combined_key(&self) -> String {
         format!("{}|{}|{}", self.window_start, self.store, self.currency)
     }
+    fn empty_combined(&self, partitions: usize) -> DashboardCombined {
+        DashboardCombined {
+            window_start: self.window_start.clone(),
+            window_end: self.window_end.clone(),
+            store: self.store.clone(),
+            currency: self.currency.clone(),
+            partitions,
+            orders: 0,
+            units: 0,
+            gross: Decimal::ZERO,
+            cancelled: Decimal::ZERO,
+            refunded: Decimal::ZERO,
+            net: Decimal::ZERO,
+            version: 0,
+            as_of: String::new(),
+        }
+    }
+    fn add_to(&self, c: &mut DashboardCombined) {
+        c.orders += self.orders;
+        c.units += self.units;
+        c.gross += self.gross;
+        c.cancelled += self.cancelled;
+        c.refunded += self.refunded;
+        c.net += self.net;
+        c.version += self.version;
+        c.as_of = later(&c.as_of, &self.as_of);
+    }
 }
 
 impl PartialRecord for ProvisionalRecord {
+    type Combined = FinanceCombined;
     fn source_partition(&self) -> i32 {
         self.source_partition
     }
@@ -105,6 +140,32 @@ impl PartialRecord for ProvisionalRecord {
     }
     fn combined_key(&self) -> String {
         format!("{}|{}|{}", self.day, self.store, self.currency)
+    }
+    fn empty_combined(&self, partitions: usize) -> FinanceCombined {
+        FinanceCombined {
+            day: self.day.clone(),
+            store: self.store.clone(),
+            currency: self.currency.clone(),
+            partitions,
+            orders: 0,
+            events: 0,
+            gross: Decimal::ZERO,
+            cancelled: Decimal::ZERO,
+            refunded: Decimal::ZERO,
+            net: Decimal::ZERO,
+            version: 0,
+            as_of: String::new(),
+        }
+    }
+    fn add_to(&self, c: &mut FinanceCombined) {
+        c.orders += self.orders;
+        c.events += self.events;
+        c.gross += self.gross;
+        c.cancelled += self.cancelled;
+        c.refunded += self.refunded;
+        c.net += self.net;
+        c.version += self.version;
+        c.as_of = later(&c.as_of, &self.as_of);
     }
 }
 
@@ -135,6 +196,15 @@ impl<R: PartialRecord> Latest<R> {
     /// The sum of the partial versions: grows by at least one with every partial taken.
     pub fn version(&self) -> u64 {
         self.parts.values().map(PartialRecord::version).sum()
+    }
+
+    /// The combined row: the sum of the latest partials; `None` before any partial.
+    pub fn combined(&self) -> Option<R::Combined> {
+        let mut c = self.parts.values().next()?.empty_combined(self.parts.len());
+        for r in self.parts.values() {
+            r.add_to(&mut c);
+        }
+        Some(c)
     }
 }
 
@@ -180,71 +250,6 @@ pub struct FinanceCombined {
 /// RFC 3339 UTC strings with fixed precision compare in time order.
 fn later(a: &str, b: &str) -> String {
     if b > a { b } else { a }.to_string()
-}
-
-impl Latest<DashboardRecord> {
-    /// The combined row; `None` before any partial.
-    pub fn combined(&self) -> Option<DashboardCombined> {
-        let first = self.parts.values().next()?;
-        let mut c = DashboardCombined {
-            window_start: first.window_start.clone(),
-            window_end: first.window_end.clone(),
-            store: first.store.clone(),
-            currency: first.currency.clone(),
-            partitions: self.parts.len(),
-            orders: 0,
-            units: 0,
-            gross: Decimal::ZERO,
-            cancelled: Decimal::ZERO,
-            refunded: Decimal::ZERO,
-            net: Decimal::ZERO,
-            version: 0,
-            as_of: String::new(),
-        };
-        for r in self.parts.values() {
-            c.orders += r.orders;
-            c.units += r.units;
-            c.gross += r.gross;
-            c.cancelled += r.cancelled;
-            c.refunded += r.refunded;
-            c.net += r.net;
-            c.version += r.version;
-            c.as_of = later(&c.as_of, &r.as_of);
-        }
-        Some(c)
-    }
-}
-
-impl Latest<ProvisionalRecord> {
-    /// The combined row; `None` before any partial.
-    pub fn combined(&self) -> Option<FinanceCombined> {
-        let first = self.parts.values().next()?;
-        let mut c = FinanceCombined {
-            day: first.day.clone(),
-            store: first.store.clone(),
-            currency: first.currency.clone(),
-            partitions: self.parts.len(),
-            orders: 0,
-            events: 0,
-            gross: Decimal::ZERO,
-            cancelled: Decimal::ZERO,
-            refunded: Decimal::ZERO,
-            net: Decimal::ZERO,
-            version: 0,
-            as_of: String::new(),
-        };
-        for r in self.parts.values() {
-            c.orders += r.orders;
-            c.events += r.events;
-            c.gross += r.gross;
-            c.cancelled += r.cancelled;
-            c.refunded += r.refunded;
-            c.net += r.net;
-            c.version += r.version;
-            c.as_of = later(&c.as_of, &r.as_of);
-        }
-        Some(c)
-    }
 }
 
 /// The window whose expiry ends a combined key: the partial's own window for the dashboard,
