@@ -48,6 +48,11 @@ pub struct StoreOptions {
     /// every half retention ([`dedup_rewrite_secs`]), so expired entries go within that time
     /// even where no new data pushes compaction over them. `None`: RocksDB's default.
     pub dedup_retention_ms: Option<i64>,
+    /// A throwaway store that nothing recovers after a crash (the batch commands' dedup):
+    /// no write-ahead log, bloom filters and indexes held in memory outside the block cache
+    /// (lookups into a store of tens of millions of hashed ids otherwise read them from disk
+    /// once they no longer fit the cache), and larger memtables, so fewer level-0 files.
+    pub scratch: bool,
 }
 
 impl Default for StoreOptions {
@@ -57,6 +62,7 @@ impl Default for StoreOptions {
             block_cache_bytes: 256 << 20,
             sync_commits: true,
             dedup_retention_ms: None,
+            scratch: false,
         }
     }
 }
@@ -80,6 +86,9 @@ pub fn dedup_rewrite_secs(retention_ms: i64) -> u64 {
     u64::try_from(retention_ms / 2 / 1000).unwrap_or(0).clamp(300, 30 * 86_400)
 }
 
+/// Memtable size of a scratch store's dedup column family (RocksDB's default is 64 MiB).
+const SCRATCH_MEMTABLE_BYTES: usize = 128 << 20;
+
 /// Bounds crash-recovery replay (measured ~55 MB/s here with flushing during the open).
 const MAX_TOTAL_WAL_BYTES: u64 = 64 << 20;
 
@@ -91,7 +100,7 @@ impl Store {
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
         table.set_bloom_filter(10.0, false);
-        table.set_cache_index_and_filter_blocks(true);
+        table.set_cache_index_and_filter_blocks(!opts.scratch);
         table.set_pin_l0_filter_and_index_blocks_in_cache(true);
 
         let mut cf_opts = Options::default();
@@ -100,6 +109,9 @@ impl Store {
 
         let dedup_horizons: Horizons = Arc::default();
         let mut dedup_opts = cf_opts.clone();
+        if opts.scratch {
+            dedup_opts.set_write_buffer_size(SCRATCH_MEMTABLE_BYTES);
+        }
         // Nearly every lookup is a miss (a new id): a whole-key bloom filter in front of the
         // memtable answers it without walking the skip list (measured: 7 % of the stream
         // thread's CPU went to memtable searches before it).
@@ -150,7 +162,8 @@ impl Store {
         ];
         let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(rocks)?;
         let mut write_opts = WriteOptions::default();
-        write_opts.set_sync(opts.sync_commits);
+        write_opts.set_sync(opts.sync_commits && !opts.scratch);
+        write_opts.disable_wal(opts.scratch);
         let store =
             Store { db, path: path.to_path_buf(), write_opts, dedup_horizons, legacy_dedup: AtomicBool::new(true) };
         store.refresh_legacy_dedup();

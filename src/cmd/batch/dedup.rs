@@ -2,10 +2,14 @@
 //! (issue 15 item 3): the counted event ids live in a throwaway RocksDB store, keyed like
 //! the stream's (partition prefix + XXH3-128 of the event id, [`Store::dedup_lookup`]).
 //!
+//! Dedup is per partition, as in the stream, so each partition gets its own scratch store
+//! ([`DiskDedup::partition`]), deleted when its fold ends: the store holds one partition's
+//! ids, never the range's (a 100 M-event range over 4 partitions: 25 M ids at a time).
+//!
 //! Records are folded in chunks of [`CHUNK`]: a chunk is normalised, its event ids are
 //! looked up in one batched read, the chunk is folded in offset order with the ids counted
 //! inside it kept in memory, and those are written back in one batch. Memory is the chunk
-//! plus RocksDB's caches, whatever the length of the range; the rule is
+//! plus RocksDB's memtable, filters and caches, whatever the length of the range; the rule is
 //! [`finance::is_duplicate`], as in the stream.
 
 use std::collections::HashMap;
@@ -22,8 +26,15 @@ pub const CHUNK: usize = 16_384;
 /// A normalised record: the event or why it was rejected, and its append time.
 pub type Normalized = (Result<CanonicalEvent, Rejection>, i64);
 
-/// The counted event ids of every partition of a range, on disk.
+/// How the batch commands dedup: the retention, and the records per batched lookup.
 pub struct DiskDedup {
+    retention_ms: i64,
+    chunk: usize,
+}
+
+/// The counted event ids of one partition, in a scratch store deleted on drop.
+pub struct PartitionDedup {
+    id: PartitionId,
     store: Store,
     retention_ms: i64,
     chunk: usize,
@@ -32,16 +43,7 @@ pub struct DiskDedup {
 
 impl DiskDedup {
     pub fn new(retention_ms: i64) -> anyhow::Result<DiskDedup> {
-        let dir = tempfile::Builder::new().prefix("tidemark-dedup-").tempdir()?;
-        // Throwaway: nothing to recover after a crash, so no fsync; a small cache.
-        let opts = StoreOptions {
-            owner: "batch-dedup".into(),
-            block_cache_bytes: 64 << 20,
-            sync_commits: false,
-            ..StoreOptions::default()
-        };
-        let store = Store::open(dir.path(), &opts)?;
-        Ok(DiskDedup { store, retention_ms, chunk: CHUNK, _dir: dir })
+        Ok(DiskDedup { retention_ms, chunk: CHUNK })
     }
 
     /// Records per batched lookup instead of [`CHUNK`] (tests cut ranges into many chunks).
@@ -51,11 +53,34 @@ impl DiskDedup {
         self
     }
 
-    /// Folds one partition's records, read by `read` in offset order: `normalize` each, then
+    /// An empty scratch store for `partition`'s ids. Every fold of that partition (an
+    /// adjustment primes it with the earlier range, then folds the new one) goes through it.
+    pub fn partition(&self, partition: i32) -> anyhow::Result<PartitionDedup> {
+        let dir = tempfile::Builder::new().prefix("tidemark-dedup-").tempdir()?;
+        // Throwaway: nothing to recover after a crash (no WAL, no fsync).
+        let opts = StoreOptions {
+            owner: "batch-dedup".into(),
+            block_cache_bytes: 64 << 20,
+            sync_commits: false,
+            scratch: true,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(dir.path(), &opts)?;
+        Ok(PartitionDedup {
+            id: PartitionId::orders(partition),
+            store,
+            retention_ms: self.retention_ms,
+            chunk: self.chunk,
+            _dir: dir,
+        })
+    }
+}
+
+impl PartitionDedup {
+    /// Folds the partition's records, read by `read` in offset order: `normalize` each, then
     /// `apply` each with a dedup scope in which its chunk's ids were looked up at once.
     pub fn fold<N, A>(
         &self,
-        partition: i32,
         read: impl FnOnce(&mut dyn FnMut(&[u8], i64)) -> anyhow::Result<()>,
         normalize: N,
         mut apply: A,
@@ -64,7 +89,6 @@ impl DiskDedup {
         N: Fn(&[u8], i64) -> Result<CanonicalEvent, Rejection>,
         A: FnMut(&mut dyn DedupScope, &Normalized),
     {
-        let id = PartitionId::orders(partition);
         let mut chunk: Vec<Normalized> = Vec::with_capacity(self.chunk);
         let mut failed: Option<anyhow::Error> = None;
         read(&mut |value, append_ms| {
@@ -73,21 +97,21 @@ impl DiskDedup {
             }
             chunk.push((normalize(value, append_ms), append_ms));
             if chunk.len() >= self.chunk {
-                failed = self.fold_chunk(id, &mut chunk, &mut apply).err();
+                failed = self.fold_chunk(&mut chunk, &mut apply).err();
             }
         })?;
         if let Some(e) = failed {
             return Err(e);
         }
-        self.fold_chunk(id, &mut chunk, &mut apply)
+        self.fold_chunk(&mut chunk, &mut apply)
     }
 
-    fn fold_chunk<A>(&self, id: PartitionId, chunk: &mut Vec<Normalized>, apply: &mut A) -> anyhow::Result<()>
+    fn fold_chunk<A>(&self, chunk: &mut Vec<Normalized>, apply: &mut A) -> anyhow::Result<()>
     where
         A: FnMut(&mut dyn DedupScope, &Normalized),
     {
         let ids: Vec<&str> = chunk.iter().filter_map(|(e, _)| e.as_ref().ok()).map(|e| e.event_id.as_str()).collect();
-        let stored = self.store.dedup_lookup(id, &ids)?;
+        let stored = self.store.dedup_lookup(self.id, &ids)?;
         let mut scope = ChunkScope {
             retention_ms: self.retention_ms,
             stored: ids.iter().map(|s| s.to_string()).zip(stored).collect(),
@@ -98,7 +122,7 @@ impl DiskDedup {
         }
         let mut batch = self.store.batch();
         for (event_id, append_ms) in &scope.counted {
-            batch.put_dedup(id, event_id, *append_ms);
+            batch.put_dedup(self.id, event_id, *append_ms);
         }
         batch.commit()?;
         chunk.clear();

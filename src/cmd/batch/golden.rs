@@ -67,7 +67,8 @@ fn on_disk(chunk: usize) -> DayClose {
     let dedup = DiskDedup::new(RETENTION_MS).expect("store").with_chunk(chunk);
     for (p, part) in generated().iter().enumerate() {
         let partition = i32::try_from(p).expect("partition");
-        super::close_range(&dedup, &mut fold, NormalizeLimits::default(), partition, |f| {
+        let seen = dedup.partition(partition).expect("scratch store");
+        super::close_range(&seen, &mut fold, NormalizeLimits::default(), |f| {
             for (value, append_ms) in part {
                 f(value, *append_ms);
             }

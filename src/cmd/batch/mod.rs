@@ -43,7 +43,7 @@ use tidemark_topology::normalize::{NormalizeLimits, MAX_FUTURE_SKEW_MS};
 use crate::cli::{BatchAdjustArgs, BatchCloseArgs, BatchDayArgs};
 use crate::failpoint;
 use crate::kafka::KafkaSettings;
-use dedup::DiskDedup;
+use dedup::{DiskDedup, PartitionDedup};
 use manifest::{Accounting, Manifest, RunIdentity, RunKind, CODE_VERSION};
 use range::{parse_offsets, Input, Log, Offsets, Progress};
 
@@ -176,7 +176,7 @@ pub fn close(args: BatchCloseArgs) -> anyhow::Result<()> {
     let mut progress = Progress::new(&format!("batch close {}", ctx.day), input.span());
     let dedup = DiskDedup::new(ctx.topology.dedup_retention_ms)?;
     for r in &input.ranges {
-        close_range(&dedup, &mut fold, ctx.topology.normalize, r.partition, |f| {
+        close_range(&dedup.partition(r.partition)?, &mut fold, ctx.topology.normalize, |f| {
             log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| f(value, append_ms)).map(drop)
         })?;
     }
@@ -273,16 +273,17 @@ fn fold_after(ctx: &Ctx, log: &Log, close: &Manifest, input: &Input, label: &str
     let dedup = DiskDedup::new(ctx.topology.dedup_retention_ms)?;
     let limits = ctx.topology.normalize;
     for r in &input.ranges {
+        let seen = dedup.partition(r.partition)?;
         if let Some((from, to)) = known.get(&r.partition) {
             let read = |f: &mut dyn FnMut(&[u8], i64)| {
                 log.read(r.partition, *from, *to, &mut progress, |_, _, value, append_ms| f(value, append_ms)).map(drop)
             };
             let normalize = |value: &[u8], append_ms| normalize_order_with(Some(value), append_ms, limits);
-            dedup.fold(r.partition, read, normalize, |scope, (event, append_ms)| {
+            seen.fold(read, normalize, |scope, (event, append_ms)| {
                 fold.prime_normalized(scope, event, *append_ms)
             })?;
         }
-        close_range(&dedup, &mut fold, limits, r.partition, |f| {
+        close_range(&seen, &mut fold, limits, |f| {
             log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| f(value, append_ms)).map(drop)
         })?;
     }
@@ -291,16 +292,15 @@ fn fold_after(ctx: &Ctx, log: &Log, close: &Manifest, input: &Input, label: &str
 }
 
 /// Folds one partition's records (read by `read` in offset order) into the close, with the
-/// range's disk-backed dedup.
+/// partition's disk-backed dedup.
 fn close_range(
-    dedup: &DiskDedup,
+    dedup: &PartitionDedup,
     fold: &mut DayClose,
     limits: NormalizeLimits,
-    partition: i32,
     read: impl FnOnce(&mut dyn FnMut(&[u8], i64)) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let normalize = |value: &[u8], append_ms| normalize_order_with(Some(value), append_ms, limits);
-    dedup.fold(partition, read, normalize, |scope, (event, append_ms)| {
+    dedup.fold(read, normalize, |scope, (event, append_ms)| {
         fold.observe_normalized(scope, event, *append_ms);
     })
 }

@@ -168,7 +168,7 @@ pub fn batch(src: &dyn Source, cfg: &TaskConfig) -> anyhow::Result<BatchFigures>
         let read =
             |f: &mut dyn FnMut(&[u8], i64)| src.read(p, from, to, &mut |r| f(r.value.unwrap_or_default(), r.append_ms));
         let normalize = |value: &[u8], append_ms| normalize_order_with(Some(value), append_ms, cfg.limits);
-        dedup.fold(p, read, normalize, |scope, (event, append_ms)| {
+        dedup.partition(p)?.fold(read, normalize, |scope, (event, append_ms)| {
             let Ok(event) = event else {
                 out.dead_letters += 1;
                 return;
