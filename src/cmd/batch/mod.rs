@@ -279,9 +279,7 @@ fn fold_after(ctx: &Ctx, log: &Log, close: &Manifest, input: &Input, label: &str
                 log.read(r.partition, *from, *to, &mut progress, |_, _, value, append_ms| f(value, append_ms)).map(drop)
             };
             let normalize = |value: &[u8], append_ms| normalize_order_with(Some(value), append_ms, limits);
-            seen.fold(read, normalize, |scope, (event, append_ms)| {
-                fold.prime_normalized(scope, event, *append_ms)
-            })?;
+            seen.fold(read, normalize, |scope, (event, append_ms)| fold.prime_normalized(scope, event, *append_ms))?;
         }
         close_range(&seen, &mut fold, limits, |f| {
             log.read(r.partition, r.from, r.to, &mut progress, |_, _, value, append_ms| f(value, append_ms)).map(drop)
