@@ -4,11 +4,21 @@
 //! Per commit interval:
 //! 1. [`SkuTask::ingest`] each repartition record: a progress mark raises its upstream's
 //!    bound; a data record already applied (a replay) is skipped; others wait in the merge
-//!    buffer (memory, mirrored to RocksDB in the same batch).
+//!    buffer, in memory only.
 //! 2. [`SkuTask::finish`]: release, in logical-time order, every buffered record below the
 //!    lowest bound of all upstreams — nothing lower can arrive any more — and apply it; new
-//!    action keys become outbox rows; SKU state, buffer changes, bookkeeping and the input
-//!    offset are staged into the commit batch.
+//!    action keys become outbox rows; SKU state, bookkeeping and the input position are
+//!    staged into the commit batch.
+//!
+//! The merge buffer is checkpointed by position, not by writing its records: the persisted
+//! checkpoint is the offset of the oldest record still buffered (or the next offset when
+//! none is), and the offset actually read to is kept beside it (`read_to`). A restored task
+//! reads the repartition log again from that checkpoint: records it already applied are
+//! skipped by their upstream sequence, as any replay is, and the rest are buffered again.
+//! Records re-read below `read_to` are not counted or dead-lettered a second time. The cost:
+//! a buffered record must still be in the repartition topic at restart (1 day retention; a
+//! record buffered that long means an upstream was silent for a day, and the gap check
+//! stops the task rather than skip it).
 //!
 //! Which records are released depends on timing; the order they are applied in does not.
 //! So the actions, their keys and payloads do not depend on how fast any partition ran.
@@ -38,6 +48,15 @@ use super::task::SourceRecord;
 type Upstream = (u16, i32);
 type BufferKey = (LogicalTime, u32);
 
+/// A record waiting in the merge buffer, and where it came from: the repartition offset it
+/// is read again from after a restart, or `None` for a row an earlier version persisted in
+/// the store (deleted once released).
+#[derive(Clone, Debug, PartialEq)]
+struct Buffered {
+    derived: Derived,
+    offset: Option<i64>,
+}
+
 #[derive(Clone, Debug)]
 pub struct SkuTaskConfig {
     pub topic: String,
@@ -56,6 +75,8 @@ struct Meta {
 }
 
 const META_KEY: &[u8] = b"meta";
+/// The offset the task had read to at its last commit (an `i64`, codec-encoded).
+const READ_TO_KEY: &[u8] = b"read_to";
 
 pub struct SkuTask {
     id: PartitionId,
@@ -63,10 +84,11 @@ pub struct SkuTask {
     processor: SkuProcessor,
     checkpoint: Checkpoint,
     meta: Meta,
-    buffer: BTreeMap<BufferKey, Derived>,
-    /// Buffer entries not yet written to the store.
-    unsaved: HashSet<BufferKey>,
-    /// Persisted buffer entries released since the last commit.
+    buffer: BTreeMap<BufferKey, Buffered>,
+    /// Offsets below this were read before the last restart: re-reading them is a replay.
+    read_to: i64,
+    /// Rows an earlier version wrote to the store's merge buffer that were released since
+    /// the last commit (deleted in its batch).
     released: Vec<BufferKey>,
     /// SKUs whose rows were read from the store (or that had none there).
     loaded: HashSet<String>,
@@ -78,16 +100,19 @@ impl SkuTask {
         let checkpoint = store.checkpoint(id)?.unwrap_or_default();
         let mut meta = Meta::default();
         let mut processor = SkuProcessor::new(cfg.rules.clone(), cfg.window);
+        let mut read_to = checkpoint.next_offset;
         for (k, v) in store.load_aggregates(id, Namespace::SkuMeta)? {
-            if k == META_KEY {
-                meta = codec::decode("sku task meta", &v)?;
+            match k.as_slice() {
+                META_KEY => meta = codec::decode("sku task meta", &v)?,
+                READ_TO_KEY => read_to = read_to.max(codec::decode("sku task read position", &v)?),
+                _ => {}
             }
         }
         processor.restore_watermark(meta.max_event_ms);
         let mut buffer = BTreeMap::new();
         for (k, v) in store.load_aggregates(id, Namespace::MergeBuffer)? {
             let key: BufferKey = codec::decode("merge buffer key", &k)?;
-            buffer.insert(key, decode_buffered(&v)?);
+            buffer.insert(key, Buffered { derived: decode_buffered(&v)?, offset: None });
         }
         Ok(SkuTask {
             id,
@@ -96,7 +121,7 @@ impl SkuTask {
             checkpoint,
             meta,
             buffer,
-            unsaved: HashSet::new(),
+            read_to,
             released: Vec::new(),
             loaded: HashSet::new(),
             uncommitted: false,
@@ -153,8 +178,10 @@ impl SkuTask {
         }
         self.uncommitted = true;
         let value = rec.value.unwrap_or_default();
+        let replay = rec.offset < self.read_to;
         let derived = match Derived::decode(value) {
             Ok(d) => d,
+            Err(_) if replay => return true,
             Err(e) => {
                 // Only tidemark writes this topic; an unreadable record means a foreign
                 // writer or a newer format. Keep it, visibly, and go on.
@@ -180,17 +207,18 @@ impl SkuTask {
                 let Some(seq) = derived.seq() else { return true };
                 let key = (*lt, seq.1);
                 if self.meta.applied.get(&upstream).is_some_and(|a| *a >= seq) || self.buffer.contains_key(&key) {
-                    Stats::add(&stats.dedup_hits, 1);
+                    if !replay {
+                        Stats::add(&stats.dedup_hits, 1);
+                    }
                     return true;
                 }
                 // The upstream promised more: its idle bound (clock − idle_skew) was passed by
                 // a record appended later than the skew allowed. The merge still applies it,
                 // but possibly after records with higher logical times.
-                if self.meta.bounds.get(&upstream).is_some_and(|b| *lt < *b) {
+                if !replay && self.meta.bounds.get(&upstream).is_some_and(|b| *lt < *b) {
                     Stats::add(&stats.broken_promises, 1);
                 }
-                self.buffer.insert(key, derived);
-                self.unsaved.insert(key);
+                self.buffer.insert(key, Buffered { derived, offset: Some(rec.offset) });
             }
         }
         true
@@ -222,17 +250,11 @@ impl SkuTask {
                 if entry.key().0 >= bound {
                     break;
                 }
-                let (key, derived) = entry.remove_entry();
-                // Released before it was ever written: nothing to write or delete.
-                if !self.unsaved.remove(&key) {
+                let (key, buffered) = entry.remove_entry();
+                if buffered.offset.is_none() {
                     self.released.push(key);
                 }
-                self.apply(store, batch, &derived, rows, stats)?;
-            }
-        }
-        for key in self.unsaved.drain() {
-            if let Some(d) = self.buffer.get(&key) {
-                batch.put_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key)?, &codec::encode(d)?);
+                self.apply(store, batch, &buffered.derived, rows, stats)?;
             }
         }
         for key in self.released.drain(..) {
@@ -256,8 +278,21 @@ impl SkuTask {
         }
         self.meta.max_event_ms = self.processor.watermark_state();
         batch.put_aggregate(self.id, Namespace::SkuMeta, META_KEY, &codec::encode(&self.meta)?);
-        batch.put_checkpoint(self.id, &self.checkpoint)?;
+        self.read_to = self.read_to.max(self.checkpoint.next_offset);
+        batch.put_aggregate(self.id, Namespace::SkuMeta, READ_TO_KEY, &codec::encode(&self.read_to)?);
+        batch.put_checkpoint(self.id, &self.resume_checkpoint())?;
         Ok(())
+    }
+
+    /// The checkpoint as persisted: the in-memory one, moved back to the oldest record still
+    /// buffered (a restart reads the log again from there).
+    fn resume_checkpoint(&self) -> Checkpoint {
+        let oldest = self.buffer.values().filter_map(|b| b.offset).min();
+        let mut checkpoint = self.checkpoint;
+        if let Some(offset) = oldest {
+            checkpoint.next_offset = checkpoint.next_offset.min(offset);
+        }
+        checkpoint
     }
 
     fn apply<S: StateView + ?Sized, W: StateWrite>(
@@ -411,24 +446,79 @@ mod tests {
         }
     }
 
-    #[test]
-    fn buffered_records_are_stored_with_the_versioned_codec_and_survive_a_restart() -> Result<(), StateError> {
-        let (store, stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
-        let mut task = SkuTask::restore(&store, id, cfg())?;
-        ingest_all(&mut task, &[line((0, 0), 1_000, 0), line((0, 1), 2_000, 0)], 0, &stats);
+    fn commit(task: &mut SkuTask, store: &MemStore, stats: &Stats) -> Result<(), StateError> {
         let mut batch = store.batch();
-        task.finish(&store, &mut batch, &mut Vec::new(), &stats)?;
-        store.commit(batch)?;
-        let rows = store.load_aggregates(id, Namespace::MergeBuffer)?;
-        assert_eq!(rows.len(), 2, "nothing released: no upstream has promised anything");
-        assert!(rows.iter().all(|(_, v)| v[0] == codec::VERSION), "codec values, not JSON");
-        let restored = SkuTask::restore(&store, id, cfg())?;
-        assert_eq!(restored.buffer, task.buffer);
+        task.finish(store, &mut batch, &mut Vec::new(), stats)?;
+        store.commit(batch)
+    }
+
+    #[test]
+    fn the_merge_buffer_is_checkpointed_by_the_offset_of_its_oldest_record_not_written() -> Result<(), StateError> {
+        let (store, stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
+        let log = [
+            line((0, 0), 1_000, 0),
+            line((0, 1), 2_000, 0),
+            mark((0, 0), 1_500, 1), // releases the first line only
+            mark((0, 1), 9_000, 1),
+            mark((0, 0), 9_000, 2), // releases the second
+        ];
+        let mut task = SkuTask::restore(&store, id, cfg())?;
+        ingest_all(&mut task, &log[..4], 0, &stats);
+        commit(&mut task, &store, &stats)?;
+        assert_eq!(task.buffered(), 1);
+        assert!(store.load_aggregates(id, Namespace::MergeBuffer)?.is_empty(), "no buffer row written");
+        let persisted = store.checkpoint(id)?.map(|c| c.next_offset);
+        assert_eq!(persisted, Some(1), "the checkpoint stays at the buffered record");
+        assert_eq!(task.checkpoint().next_offset, 4, "while the task reads on");
+
+        ingest_all(&mut task, &log[4..], 4, &stats);
+        commit(&mut task, &store, &stats)?;
+        assert_eq!(store.checkpoint(id)?.map(|c| c.next_offset), Some(5), "nothing buffered: the next offset");
         Ok(())
     }
 
     #[test]
-    fn buffer_rows_written_as_json_by_an_earlier_version_are_restored_and_released() -> Result<(), StateError> {
+    fn a_restarted_task_reads_its_buffer_again_from_the_log_and_ends_as_if_it_never_stopped() -> Result<(), StateError>
+    {
+        let log = [
+            line((0, 0), 1_000, 0),
+            line((0, 1), 2_000, 0),
+            mark((0, 0), 1_500, 1),
+            mark((0, 1), 9_000, 1),
+            line((0, 0), 1_200, 1), // below its own promise: one broken promise, counted once
+            mark((0, 0), 9_000, 2),
+        ];
+        let (never, never_stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
+        let mut all_along = SkuTask::restore(&never, id, cfg())?;
+        ingest_all(&mut all_along, &log, 0, &never_stats);
+        commit(&mut all_along, &never, &never_stats)?;
+
+        let (store, stats) = (MemStore::new(), Stats::default());
+        let mut task = SkuTask::restore(&store, id, cfg())?;
+        ingest_all(&mut task, &log[..5], 0, &stats);
+        commit(&mut task, &store, &stats)?;
+        drop(task); // killed: a restart reads from the persisted checkpoint
+        let from = store.checkpoint(id)?.map_or(0, |c| c.next_offset);
+        assert_eq!(from, 1);
+        let mut restored = SkuTask::restore(&store, id, cfg())?;
+        ingest_all(&mut restored, &log[usize::try_from(from).expect("offset")..], from, &stats);
+        commit(&mut restored, &store, &stats)?;
+
+        assert_eq!(restored.buffered(), 0);
+        assert_eq!(restored.processor.state("SKU-1"), all_along.processor.state("SKU-1"), "the same SKU state");
+        assert_eq!(restored.meta, all_along.meta, "the same bookkeeping");
+        for (what, got, want) in [
+            ("applied", Stats::get(&stats.sku_inputs), Stats::get(&never_stats.sku_inputs)),
+            ("broken promises", Stats::get(&stats.broken_promises), Stats::get(&never_stats.broken_promises)),
+            ("dedup hits", Stats::get(&stats.dedup_hits), Stats::get(&never_stats.dedup_hits)),
+        ] {
+            assert_eq!(got, want, "{what}: the replay is not counted again");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn buffer_rows_written_by_earlier_versions_are_restored_released_and_deleted() -> Result<(), StateError> {
         let (store, stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
         // What an earlier version left in the merge buffer: the repartition JSON, in both of
         // its encodings (externally tagged, and the first one tagged by `k`).
@@ -447,15 +537,19 @@ mod tests {
             &codec::encode(&(LogicalTime::new(1_500, 0, 1, 0), 0u32))?,
             first,
         );
+        // And what the version before this one wrote: the versioned codec.
+        let coded = Derived::decode(&line((0, 0), 1_700, 1))
+            .map_err(|e| StateError::Decode { what: "t", detail: e.to_string() })?;
+        batch.put_aggregate(id, Namespace::MergeBuffer, &codec::encode(&(lt(&coded), 0u32))?, &codec::encode(&coded)?);
         store.commit(batch)?;
 
         let mut task = SkuTask::restore(&store, id, cfg())?;
-        assert_eq!(task.buffered(), 2, "both old rows are back in the buffer");
+        assert_eq!(task.buffered(), 3, "every old row is back in the buffer");
         ingest_all(&mut task, &[mark((0, 0), 9_000, 1), mark((0, 1), 9_000, 1)], 0, &stats);
         let mut batch = store.batch();
         task.finish(&store, &mut batch, &mut Vec::new(), &stats)?;
         store.commit(batch)?;
-        assert_eq!((task.buffered(), Stats::get(&stats.sku_inputs)), (0, 2), "released and applied");
+        assert_eq!((task.buffered(), Stats::get(&stats.sku_inputs)), (0, 3), "released and applied");
         assert!(store.load_aggregates(id, Namespace::MergeBuffer)?.is_empty(), "and deleted from the store");
         Ok(())
     }
