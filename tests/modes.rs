@@ -268,7 +268,7 @@ fn shadow_replay_finds_no_unexplained_mismatch_and_explains_events_beyond_retent
     assert!(dash.clone().any(|m| m["key"] == "2026-11-28T00:00:00.000Z|tokyo-01|JPY"), "{mismatches:?}");
     assert!(mismatches
         .iter()
-        .all(|m| m["explained"] == true && m["reason"].as_str().is_some_and(|s| s.starts_with("beyond_retention"))));
+        .all(|m| m["explained"] == true && m["reasons"][0].as_str().is_some_and(|s| s.starts_with("late_output: −"))));
     assert!(count(&r["stream"], "late_records") >= 1);
     let rev = &r["revisions_dashboard"];
     assert!(count(rev, "microbatch") < count(rev, "stream"), "{rev}");

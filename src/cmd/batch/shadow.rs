@@ -18,7 +18,6 @@ use std::io::Write;
 use anyhow::Context as _;
 use rdkafka::message::Headers;
 use rdkafka::Message;
-use rust_decimal::Decimal;
 use serde::Serialize;
 use tidemark_topology::finance::{contribution, day_bounds_ms, FinanceRow};
 use tidemark_topology::normalize::normalize_order_with;
@@ -29,101 +28,64 @@ use super::show::{adjusted, load};
 use super::{fold_after, store, Ctx};
 use crate::cli::{BatchShadowArgs, OutputFormat};
 use crate::cmd::query::latest_partials;
+use crate::cmd::shadow::compare::{explained, Cause, Figures, Mismatch, FINANCE_FIELDS};
 use crate::engine::output::headers;
 use crate::kafka::reader::read_topic;
 
 /// `(store, currency)`.
 type Key = (String, String);
 
-/// The compared figures of one key; integers as decimals so every field compares alike.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Figures([Decimal; 6]);
-
-const FIELDS: [&str; 6] = ["orders", "events", "gross", "cancelled", "refunded", "net"];
-
-impl Figures {
-    fn of(orders: u64, events: u64, gross: Decimal, cancelled: Decimal, refunded: Decimal, net: Decimal) -> Figures {
-        Figures([Decimal::from(orders), Decimal::from(events), gross, cancelled, refunded, net])
-    }
-
-    fn of_row(r: &FinanceRow) -> Figures {
-        Figures::of(r.orders, r.events, r.gross, r.cancelled, r.refunded, r.net)
-    }
-
-    fn add(&mut self, other: &Figures) {
-        for (a, b) in self.0.iter_mut().zip(other.0) {
-            *a += b;
-        }
-    }
+fn of_row(r: &FinanceRow) -> Figures {
+    Figures::finance(r.orders, r.events, r.gross, r.cancelled, r.refunded, r.net)
 }
 
 fn by_key<'a>(rows: impl IntoIterator<Item = &'a FinanceRow>) -> BTreeMap<Key, Figures> {
     let mut out: BTreeMap<Key, Figures> = BTreeMap::new();
     for r in rows {
-        out.entry((r.store.clone(), r.currency.clone())).or_default().add(&Figures::of_row(r));
+        out.entry((r.store.clone(), r.currency.clone())).or_default().add(&of_row(r));
     }
     out
 }
 
-/// One field of one key that differs between batch and stream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(super) struct Mismatch {
-    store: String,
-    currency: String,
-    field: &'static str,
-    batch: Decimal,
-    stream: Decimal,
-    /// `late_output`, `after_close` (with their amounts), or `unexplained`.
-    reasons: Vec<String>,
-    explained: bool,
-}
-
-/// Compares every field of every key; pure, so the reasoning is tested without a broker.
+/// Batch against stream with the day's two causes (see the module doc).
 fn compare(
     batch: &BTreeMap<Key, Figures>,
     stream: &BTreeMap<Key, Figures>,
     after_close: &BTreeMap<Key, Figures>,
     late: &BTreeMap<Key, Figures>,
-) -> Vec<Mismatch> {
-    let zero = Figures::default();
-    let keys: BTreeSet<&Key> = batch.keys().chain(stream.keys()).chain(after_close.keys()).chain(late.keys()).collect();
-    let mut out = Vec::new();
-    for key in keys {
-        let get = |m: &BTreeMap<Key, Figures>| m.get(key).cloned().unwrap_or_else(|| zero.clone());
-        let (b, s, a, l) = (get(batch), get(stream), get(after_close), get(late));
-        for (i, field) in FIELDS.iter().enumerate() {
-            if b.0[i] == s.0[i] {
-                continue;
-            }
-            let explained = s.0[i] == b.0[i] + a.0[i] - l.0[i];
-            let mut reasons = Vec::new();
-            if explained {
-                if !a.0[i].is_zero() {
-                    reasons.push(format!("after_close: +{} appended after the close's range", a.0[i]));
-                }
-                if !l.0[i].is_zero() {
-                    reasons.push(format!("late_output: −{} beyond the stream's window retention", l.0[i]));
-                }
-            } else {
-                reasons.push(format!(
-                    "unexplained: stream − batch = {}, after_close {}, late_output {}",
-                    s.0[i] - b.0[i],
-                    a.0[i],
-                    l.0[i]
-                ));
-            }
-            out.push(Mismatch {
-                store: key.0.clone(),
-                currency: key.1.clone(),
-                field,
-                batch: b.0[i],
-                stream: s.0[i],
-                reasons,
-                explained,
-            });
+) -> Vec<Mismatch<Key>> {
+    let causes = [
+        Cause { name: "after_close", adds: true, what: "appended after the close's range", figures: after_close },
+        Cause { name: "late_output", adds: false, what: "beyond the stream's window retention", figures: late },
+    ];
+    explained("finance batch/stream", &FINANCE_FIELDS, batch, stream, &causes)
+}
+
+/// How this command shows a [`Mismatch`]: the key as `store` and `currency`, the sides by name.
+#[derive(Serialize)]
+struct DayMismatch<'a> {
+    store: &'a str,
+    currency: &'a str,
+    field: &'a str,
+    batch: &'a str,
+    stream: &'a str,
+    /// `late_output`, `after_close` (with their amounts), or `unexplained`.
+    reasons: &'a [String],
+    explained: bool,
+}
+
+impl<'a> From<&'a Mismatch<Key>> for DayMismatch<'a> {
+    fn from(m: &'a Mismatch<Key>) -> Self {
+        DayMismatch {
+            store: &m.key.0,
+            currency: &m.key.1,
+            field: m.field,
+            batch: &m.left,
+            stream: &m.right,
+            reasons: &m.reasons,
+            explained: m.explained,
         }
     }
-    out
 }
 
 #[derive(Serialize)]
@@ -134,7 +96,7 @@ struct Report<'a> {
     /// The records after the batch's range that were read to explain differences.
     after_close_input: &'a Input,
     keys: usize,
-    mismatches: Vec<Mismatch>,
+    mismatches: Vec<DayMismatch<'a>>,
     unexplained: usize,
 }
 
@@ -179,7 +141,7 @@ pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
             .with_context(|| format!("dashboard window_start {}", r.window_start))?
             .timestamp_millis();
         if start >= start_ms && start < end_ms {
-            let f = Figures::of(r.orders, r.version, r.gross, r.cancelled, r.refunded, r.net);
+            let f = Figures::finance(r.orders, r.version, r.gross, r.cancelled, r.refunded, r.net);
             stream.entry((r.store.clone(), r.currency.clone())).or_default().add(&f);
         }
     }
@@ -211,10 +173,11 @@ pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
             continue;
         }
         let row = FinanceRow::new(ctx.day, &key, &agg);
-        late.entry((row.store.clone(), row.currency.clone())).or_default().add(&Figures::of_row(&row));
+        late.entry((row.store.clone(), row.currency.clone())).or_default().add(&of_row(&row));
     }
 
-    let mismatches = compare(&batch, &stream, &after_close, &late);
+    let found = compare(&batch, &stream, &after_close, &late);
+    let mismatches: Vec<DayMismatch<'_>> = found.iter().map(DayMismatch::from).collect();
     let unexplained = mismatches.iter().filter(|m| !m.explained).count();
     let keys: BTreeSet<&Key> = batch.keys().chain(stream.keys()).collect();
     let report = Report {
@@ -260,9 +223,10 @@ pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rust_decimal::Decimal;
 
     fn fig(orders: u64, gross: i64) -> Figures {
-        Figures::of(orders, orders, Decimal::from(gross), Decimal::ZERO, Decimal::ZERO, Decimal::from(gross))
+        Figures::finance(orders, orders, Decimal::from(gross), Decimal::ZERO, Decimal::ZERO, Decimal::from(gross))
     }
 
     fn map(entries: &[(&str, Figures)]) -> BTreeMap<Key, Figures> {
@@ -276,17 +240,19 @@ mod tests {
     }
 
     #[test]
-    fn late_output_and_events_after_the_close_explain_the_difference_field_by_field() {
+    fn a_mismatch_shows_as_store_currency_batch_and_stream_in_the_day_report() {
         let batch = map(&[("a", fig(3, 300))]);
         let late = map(&[("a", fig(1, 100))]);
         let after = map(&[("a", fig(2, 50))]);
         let stream = map(&[("a", fig(4, 250))]);
         let got = compare(&batch, &stream, &after, &late);
-        assert_eq!(got.len(), 4, "orders, events, gross, net differ: {got:?}");
         assert!(got.iter().all(|m| m.explained), "{got:?}");
         let gross = got.iter().find(|m| m.field == "gross").expect("gross");
-        assert_eq!(gross.reasons.len(), 2, "{:?}", gross.reasons);
-        assert!(gross.reasons[0].starts_with("after_close: +50") && gross.reasons[1].starts_with("late_output: −100"));
+        let json = serde_json::to_string(&DayMismatch::from(gross)).expect("json");
+        assert_eq!(
+            json,
+            r#"{"store":"a","currency":"JPY","field":"gross","batch":"300","stream":"250","reasons":["after_close: +50 appended after the close's range","late_output: −100 beyond the stream's window retention"],"explained":true}"#
+        );
     }
 
     #[test]
@@ -294,6 +260,7 @@ mod tests {
         let got = compare(&map(&[("a", fig(1, 10))]), &map(&[("b", fig(1, 10))]), &BTreeMap::new(), &BTreeMap::new());
         assert_eq!(got.len(), 8);
         assert!(got.iter().all(|m| !m.explained && m.reasons[0].starts_with("unexplained")));
-        assert!(got.iter().any(|m| m.store == "a") && got.iter().any(|m| m.store == "b"));
+        assert!(got.iter().any(|m| m.key.0 == "a") && got.iter().any(|m| m.key.0 == "b"));
+        assert_eq!(got[0].reasons, ["unexplained: stream − batch = -1, after_close 0, late_output 0"]);
     }
 }

@@ -12,7 +12,7 @@
 //! micro-batch replaces a row once per slice, the stream once per commit.
 //! Exit code: 0 when every mismatch is explained, 3 when any is not, 1 on errors.
 
-mod compare;
+pub(crate) mod compare;
 mod replay;
 
 use std::io::Write as _;
@@ -25,8 +25,8 @@ use tidemark_topology::config;
 use super::batch::range::{parse_offsets, Input, Log, Offsets, Progress};
 use crate::cli::ShadowArgs;
 use crate::engine::{SourceRecord, TaskConfig};
-use compare::{exact, explained_by_late, Mismatch, Revisions};
-use replay::{Source, DASHBOARD_FIELDS, FINANCE_FIELDS};
+use compare::{exact, explained, Cause, Mismatch, Revisions, DASHBOARD_FIELDS, FINANCE_FIELDS};
+use replay::Source;
 
 /// Exit code when unexplained mismatches exist.
 pub const UNEXPLAINED: u8 = 3;
@@ -129,26 +129,28 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
 
     let (stream_fin, stream_dash) = replay::summed(&stream)?;
     let (late_fin, late_dash) = replay::late_contributions(&stream, &cfg);
+    let late =
+        |figures| Cause { name: "late_output", adds: false, what: "beyond the stream's window retention", figures };
     let groups: [(&'static str, usize, Vec<Mismatch>); 4] = [
         (
             "dashboard rows: stream vs micro-batch",
             stream.dashboard.last.len(),
-            exact("dashboard stream/microbatch", &stream.dashboard.last, &micro.dashboard.last),
+            exact("dashboard stream/microbatch", "row", &stream.dashboard.last, &micro.dashboard.last),
         ),
         (
             "finance rows: stream vs micro-batch",
             stream.finance.last.len(),
-            exact("finance stream/microbatch", &stream.finance.last, &micro.finance.last),
+            exact("finance stream/microbatch", "row", &stream.finance.last, &micro.finance.last),
         ),
         (
             "finance per day/store/currency: batch vs stream",
             batch.finance.len().max(stream_fin.len()),
-            explained_by_late("finance batch/stream", &FINANCE_FIELDS, &batch.finance, &stream_fin, &late_fin),
+            explained("finance batch/stream", &FINANCE_FIELDS, &batch.finance, &stream_fin, &[late(&late_fin)]),
         ),
         (
             "dashboard per window/store/currency: batch vs stream",
             batch.dashboard.len().max(stream_dash.len()),
-            explained_by_late("dashboard batch/stream", &DASHBOARD_FIELDS, &batch.dashboard, &stream_dash, &late_dash),
+            explained("dashboard batch/stream", &DASHBOARD_FIELDS, &batch.dashboard, &stream_dash, &[late(&late_dash)]),
         ),
     ];
     let mut comparisons = Vec::new();
@@ -238,7 +240,16 @@ fn print_report(r: &Report<'_>) -> anyhow::Result<()> {
         )?;
     }
     for m in &r.mismatches {
-        writeln!(out, "    [{}] {} {}: {} vs {} — {}", m.comparison, m.key, m.field, m.left, m.right, m.reason)?;
+        writeln!(
+            out,
+            "    [{}] {} {}: {} vs {} — {}",
+            m.comparison,
+            m.key,
+            m.field,
+            m.left,
+            m.right,
+            m.reasons.join("; ")
+        )?;
     }
     writeln!(
         out,

@@ -21,7 +21,7 @@ use tidemark_topology::finance::{contribution, FinanceAgg};
 use tidemark_topology::normalize::normalize_order_with;
 use tidemark_topology::provisional::ProvisionalRecord;
 
-use super::compare::{Figures, Late};
+use super::compare::Figures;
 use crate::cmd::batch::dedup::DiskDedup;
 use crate::engine::output::headers;
 use crate::engine::slice::SliceRunner;
@@ -34,10 +34,6 @@ pub trait Source {
     /// Calls `f` with every record of `[from, to)` of `partition`, in offset order.
     fn read(&self, partition: i32, from: i64, to: i64, f: &mut dyn FnMut(SourceRecord<'_>)) -> anyhow::Result<()>;
 }
-
-/// Field names of the compared figures.
-pub const FINANCE_FIELDS: [&str; 6] = ["orders", "events", "gross", "cancelled", "refunded", "net"];
-pub const DASHBOARD_FIELDS: [&str; 7] = ["orders", "units", "gross", "cancelled", "refunded", "net", "version"];
 
 /// The rows of one upsert sink: final value and number of records published, per key.
 #[derive(Default)]
@@ -203,20 +199,11 @@ fn dashboard_key(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<String> {
 }
 
 fn finance_figures(a: &FinanceAgg) -> Figures {
-    vec![a.orders.into(), a.events.into(), a.gross, a.cancelled, a.refunded, a.net()]
+    Figures::finance(a.orders, a.events, a.gross, a.cancelled, a.refunded, a.net())
 }
 
 fn dash_figures(a: &DashAgg) -> Figures {
-    vec![a.orders.into(), a.units.into(), a.gross, a.cancelled, a.refunded, a.net(), a.version.into()]
-}
-
-fn add(into: &mut Figures, f: &Figures) {
-    if into.is_empty() {
-        into.resize(f.len(), Default::default());
-    }
-    for (a, b) in into.iter_mut().zip(f) {
-        *a += *b;
-    }
+    Figures::dashboard(a.orders, a.units, a.gross, a.cancelled, a.refunded, a.net(), a.version)
 }
 
 /// The stream's published rows summed over source partitions, in the batch's keys.
@@ -224,35 +211,31 @@ pub fn summed(p: &Published) -> anyhow::Result<(BTreeMap<String, Figures>, BTree
     let mut finance: BTreeMap<String, Figures> = BTreeMap::new();
     for v in p.finance.last.values() {
         let r: ProvisionalRecord = serde_json::from_slice(v)?;
-        let f = vec![r.orders.into(), r.events.into(), r.gross, r.cancelled, r.refunded, r.net];
-        add(finance.entry(format!("{}|{}|{}", r.day, r.store, r.currency)).or_default(), &f);
+        let f = Figures::finance(r.orders, r.events, r.gross, r.cancelled, r.refunded, r.net);
+        finance.entry(format!("{}|{}|{}", r.day, r.store, r.currency)).or_default().add(&f);
     }
     let mut dash: BTreeMap<String, Figures> = BTreeMap::new();
     for v in p.dashboard.last.values() {
         let r: DashboardRecord = serde_json::from_slice(v)?;
-        let f = vec![r.orders.into(), r.units.into(), r.gross, r.cancelled, r.refunded, r.net, r.version.into()];
-        add(dash.entry(format!("{}|{}|{}", r.window_start, r.store, r.currency)).or_default(), &f);
+        let f = Figures::dashboard(r.orders, r.units, r.gross, r.cancelled, r.refunded, r.net, r.version);
+        dash.entry(format!("{}|{}|{}", r.window_start, r.store, r.currency)).or_default().add(&f);
     }
     Ok((finance, dash))
 }
 
 /// What the late output holds, per finance and dashboard key.
-pub fn late_contributions(p: &Published, cfg: &TaskConfig) -> (BTreeMap<String, Late>, BTreeMap<String, Late>) {
-    let mut finance: BTreeMap<String, Late> = BTreeMap::new();
-    let mut dash: BTreeMap<String, Late> = BTreeMap::new();
+pub fn late_contributions(p: &Published, cfg: &TaskConfig) -> (BTreeMap<String, Figures>, BTreeMap<String, Figures>) {
+    let mut finance: BTreeMap<String, Figures> = BTreeMap::new();
+    let mut dash: BTreeMap<String, Figures> = BTreeMap::new();
     for (value, append_ms) in &p.late {
         let Ok(event) = normalize_order_with(Some(value), *append_ms, cfg.limits) else { continue };
         if let Some((k, a)) = finance_contribution(&event, cfg) {
-            let l = finance.entry(format!("{}|{}|{}", k.0, k.1, k.2)).or_default();
-            l.events += 1;
-            add(&mut l.figures, &finance_figures(&a));
+            finance.entry(format!("{}|{}|{}", k.0, k.1, k.2)).or_default().add(&finance_figures(&a));
         }
         if let Some(k) = dashboard_key(&event, cfg) {
             let mut a = DashAgg::default();
             dashboard::apply(&mut a, &event, *append_ms);
-            let l = dash.entry(k).or_default();
-            l.events += 1;
-            add(&mut l.figures, &dash_figures(&a));
+            dash.entry(k).or_default().add(&dash_figures(&a));
         }
     }
     (finance, dash)
