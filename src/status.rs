@@ -104,7 +104,7 @@ mod tests {
             key: key.into(),
             rule_id: rule.into(),
             rule_version: 1,
-            mode: "shadow".into(),
+            mode: tidemark_topology::config::RuleMode::Shadow,
             action: "notify".into(),
             sku: "SKU-1".into(),
             payload: Vec::new(),

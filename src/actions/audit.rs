@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use rdkafka::producer::FutureRecord;
 use serde::Serialize;
+use tidemark_topology::config::RuleMode;
 use tracing::error;
 
 use super::Ctx;
@@ -15,7 +16,7 @@ use crate::engine::outbox::OutboxRow;
 pub struct AuditRecord<'a> {
     key: &'a str,
     event: &'a str,
-    mode: &'a str,
+    mode: RuleMode,
     rule_id: &'a str,
     rule_version: u32,
     action: &'a str,
@@ -33,7 +34,7 @@ impl<'a> AuditRecord<'a> {
         AuditRecord {
             key: &row.key,
             event,
-            mode: &row.mode,
+            mode: row.mode,
             rule_id: &row.rule_id,
             rule_version: row.rule_version,
             action: &row.action,

@@ -14,7 +14,7 @@ impl Ctx {
         let headers = OwnedHeaders::new()
             .insert(Header { key: "tidemark.reason", value: Some("permanent_failure") })
             .insert(Header { key: "tidemark.status", value: Some(&status.to_string()) })
-            .insert(Header { key: "tidemark.mode", value: Some(&row.mode) });
+            .insert(Header { key: "tidemark.mode", value: Some(row.mode.as_str()) });
         let record =
             FutureRecord::to(&self.dead_letter_topic).key(row.key.as_str()).payload(&row.payload).headers(headers);
         if let Err((e, _)) = self.audit.send(record, Duration::from_secs(30)).await {

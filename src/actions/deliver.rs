@@ -48,7 +48,8 @@ pub(super) fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: 
 
 impl Ctx {
     pub(super) async fn deliver(&self, id: PartitionId, mut row: OutboxRow) {
-        let target = if row.mode == "act" { Target::Act } else { Target::Notify };
+        // Shadow rows are recorded with the Shadow state and never reach delivery.
+        let Some(target) = Target::of(row.mode) else { return };
         let mut first = true;
         loop {
             if self.stop.load(Ordering::Relaxed) {

@@ -60,12 +60,12 @@ use std::time::Duration;
 use metrics::gauge;
 use rdkafka::producer::FutureProducer;
 use tidemark_state::{codec, PartitionId, Store};
-use tidemark_topology::config::{RuleMode, Topology};
+use tidemark_topology::config::Topology;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
 use crate::dispatch::signer::{SECRET_ENV, SECRET_FILE_ENV};
-use crate::dispatch::{Dispatcher, Endpoints, RetryPolicy, SecretChange, SecretWatch, Signer, TlsConfig};
+use crate::dispatch::{Dispatcher, Endpoints, RetryPolicy, SecretChange, SecretWatch, Signer, Target, TlsConfig};
 use crate::engine::outbox::OutboxRow;
 use crate::kafka::KafkaSettings;
 use crate::telemetry::events::{Segment, LATENCY};
@@ -207,12 +207,8 @@ pub fn dispatcher(t: &Topology, value: Option<OsString>, file: Option<PathBuf>) 
         client_key_file: e.client_key_file.as_ref().map(PathBuf::from),
     };
     let signer = Signer::from_sources(value, file)?;
-    let sending: Vec<String> = t
-        .rules
-        .iter()
-        .filter(|r| r.mode != RuleMode::Shadow)
-        .map(|r| format!("{} ({})", r.id, if r.mode == RuleMode::Act { "act" } else { "notify" }))
-        .collect();
+    let sending: Vec<String> =
+        t.rules.iter().filter_map(|r| Target::of(r.mode).map(|target| format!("{} ({target})", r.id))).collect();
     if signer.is_none() && !sending.is_empty() {
         if !e.allow_unsigned {
             anyhow::bail!(
@@ -243,13 +239,14 @@ fn record(segment: Segment, ms: i64) {
 mod tests {
     use super::*;
     use crate::engine::outbox::RowState;
+    use tidemark_topology::config::RuleMode;
 
     fn row(key: &str, created_at_ms: i64, state: RowState) -> OutboxRow {
         OutboxRow {
             key: key.into(),
             rule_id: "r".into(),
             rule_version: 1,
-            mode: "act".into(),
+            mode: RuleMode::Act,
             action: "notify".into(),
             sku: "SKU-1".into(),
             payload: Vec::new(),

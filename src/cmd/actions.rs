@@ -166,7 +166,7 @@ fn table(rows: &[(PartitionId, OutboxRow)]) -> String {
         lines.push([
             r.key.clone(),
             format!("{} v{}", r.rule_id, r.rule_version),
-            r.mode.clone(),
+            r.mode.to_string(),
             r.sku.clone(),
             state_name(&r.state).to_string(),
             status(&r.state).map_or_else(|| "-".to_string(), |s| s.to_string()),
@@ -305,7 +305,7 @@ mod tests {
                 key: key.into(),
                 rule_id: "low_stock".into(),
                 rule_version: 1,
-                mode: "notify".into(),
+                mode: config::RuleMode::Notify,
                 action: "replenish".into(),
                 sku: "SKU-1".into(),
                 payload: b"{}".to_vec(),

@@ -41,6 +41,8 @@ mod tests;
 use std::fmt;
 use std::time::Duration;
 
+use tidemark_topology::config::RuleMode;
+
 pub use client::Dispatcher;
 pub use error::DispatchError;
 pub use outcome::Outcome;
@@ -74,6 +76,15 @@ pub enum Target {
 }
 
 impl Target {
+    /// The endpoint a rule mode sends to; `None` for shadow rules, which never send.
+    pub fn of(mode: RuleMode) -> Option<Target> {
+        match mode {
+            RuleMode::Act => Some(Target::Act),
+            RuleMode::Notify => Some(Target::Notify),
+            RuleMode::Shadow => None,
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Target::Act => "act",

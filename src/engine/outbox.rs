@@ -10,6 +10,7 @@
 //! that old are past every window's retention and every duplicate's dedup horizon.
 
 use serde::{Deserialize, Serialize};
+use tidemark_topology::config::RuleMode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RowState {
@@ -43,8 +44,8 @@ pub struct OutboxRow {
     pub key: String,
     pub rule_id: String,
     pub rule_version: u32,
-    /// shadow | notify | act
-    pub mode: String,
+    /// Persisted as its name, the bytes a `String` mode had (see [`RuleMode`]).
+    pub mode: RuleMode,
     pub action: String,
     pub sku: String,
     /// The exact POST body; identical on every attempt and every replay.
@@ -57,4 +58,56 @@ pub struct OutboxRow {
     pub source_append_ms: i64,
     /// Wall clock when the row became durable (latency measurement only).
     pub committed_wall_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_state::codec;
+
+    /// The row as stores written before the mode became an enum hold it.
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct StringModeRow {
+        key: String,
+        rule_id: String,
+        rule_version: u32,
+        mode: String,
+        action: String,
+        sku: String,
+        payload: Vec<u8>,
+        state: RowState,
+        attempts: u32,
+        created_at_ms: i64,
+        source_append_ms: i64,
+        committed_wall_ms: i64,
+    }
+
+    fn string_mode_row(mode: &str) -> StringModeRow {
+        StringModeRow {
+            key: "oversell:v1:SKU-1:snapshot:2026-11-28T14:59:00.000Z".into(),
+            rule_id: "oversell".into(),
+            rule_version: 1,
+            mode: mode.into(),
+            action: "stop_sale".into(),
+            sku: "SKU-1".into(),
+            payload: b"{}".to_vec(),
+            state: RowState::Delivered { status: 200 },
+            attempts: 2,
+            created_at_ms: 1_764_341_940_000,
+            source_append_ms: 1_764_341_941_000,
+            committed_wall_ms: 1_764_341_942_000,
+        }
+    }
+
+    #[test]
+    fn an_outbox_row_stored_with_a_string_mode_decodes_and_reencodes_byte_for_byte() {
+        for mode in RuleMode::ALL {
+            let old = string_mode_row(mode.as_str());
+            let stored = codec::encode(&old).expect("encode");
+            let row: OutboxRow = codec::decode("outbox row", &stored).expect("decode");
+            assert_eq!((row.mode, row.attempts, row.key.as_str()), (mode, 2, old.key.as_str()));
+            assert_eq!(codec::encode(&row).expect("encode"), stored, "{mode}");
+            assert_eq!(codec::decode::<StringModeRow>("old row", &stored).expect("decode old"), old);
+        }
+    }
 }

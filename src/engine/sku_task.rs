@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tidemark_state::{codec, Checkpoint, Namespace, PartitionId, StateError, StateView, StateWrite};
-use tidemark_topology::config::Rule;
+use tidemark_topology::config::{Rule, RuleMode};
 use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::sku::{LineKind, SkuInput, SkuProcessor, SkuState};
 use tidemark_topology::window::WindowPolicy;
@@ -333,16 +333,18 @@ impl SkuTask {
             if pending_here || store.outbox_get(self.id, &intent.key)?.is_some() {
                 continue;
             }
-            let shadow = intent.mode == "shadow";
             let row = OutboxRow {
                 key: intent.key.clone(),
                 rule_id: intent.rule_id.clone(),
                 rule_version: intent.rule_version,
-                mode: intent.mode.clone(),
+                mode: intent.mode,
                 action: intent.action.clone(),
                 sku: intent.sku.clone(),
                 payload: intent.payload_json(),
-                state: if shadow { RowState::Shadow } else { RowState::Pending },
+                state: match intent.mode {
+                    RuleMode::Shadow => RowState::Shadow,
+                    RuleMode::Notify | RuleMode::Act => RowState::Pending,
+                },
                 attempts: 0,
                 created_at_ms: intent.created_at_ms,
                 source_append_ms: intent.source_append_ms,

@@ -14,6 +14,9 @@ use serde::Deserialize;
 use crate::normalize::{NormalizeLimits, DEFAULT_MAX_IDENTIFIER_BYTES};
 use crate::window::WindowPolicy;
 
+mod rule_mode;
+pub use rule_mode::{RuleMode, UnknownRuleMode};
+
 /// Largest `sources.max_identifier_bytes` accepted: a sku travels in the action key, an HTTP
 /// header, and servers commonly refuse header lines beyond 8 KiB.
 pub const MAX_IDENTIFIER_BYTES_LIMIT: usize = 4096;
@@ -97,13 +100,6 @@ pub struct TopicSpec {
     pub topic: String,
     pub partitions: i32,
     pub compacted: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RuleMode {
-    Shadow,
-    Notify,
-    Act,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -379,6 +375,8 @@ fn default_tz() -> String {
 struct RawRule {
     id: String,
     version: i64,
+    /// Parsed by the second pass ([`RuleMode::from_str`](std::str::FromStr)), so a wrong
+    /// mode is reported with every other error instead of ending the first pass alone.
     mode: String,
     #[serde(default)]
     params: BTreeMap<String, toml::Value>,
@@ -438,12 +436,10 @@ impl Checker<'_> {
 
     fn rule(&mut self, index: usize, raw: RawRule) -> Option<Rule> {
         let path = format!("rules[{index}]");
-        let mode = match raw.mode.as_str() {
-            "shadow" => Some(RuleMode::Shadow),
-            "notify" => Some(RuleMode::Notify),
-            "act" => Some(RuleMode::Act),
-            other => {
-                self.error(format!("{path}.mode"), format!("unknown mode `{other}` (expected shadow | notify | act)"));
+        let mode = match raw.mode.parse::<RuleMode>() {
+            Ok(mode) => Some(mode),
+            Err(e) => {
+                self.error(format!("{path}.mode"), e.to_string());
                 None
             }
         };

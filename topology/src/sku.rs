@@ -44,7 +44,7 @@ use crate::config::{Rule, RuleKind};
 use crate::window::{window_start, Watermark, WindowPolicy};
 use rules::{evaluate, Cause, OpenWindow};
 
-pub use intent::{action_str, mode_str, ActionIntent, Evidence, Trigger};
+pub use intent::{action_str, ActionIntent, Evidence, Trigger};
 pub use state::{Folded, RuleRef, SkuState, Stock, Units, WindowFired};
 
 /// What to persist of a SKU that changed: its state without lines, and its changed line rows

@@ -43,8 +43,8 @@ pub struct ActionIntent {
     pub key: String,
     pub rule_id: String,
     pub rule_version: u32,
-    /// `shadow` | `notify` | `act`: how the dispatcher treats the intent.
-    pub mode: String,
+    /// How the dispatcher treats the intent; persisted as its name, see [`RuleMode`].
+    pub mode: RuleMode,
     /// `stop_sale` | `replenish` | `notify`.
     pub action: String,
     pub sku: String,
@@ -183,15 +183,6 @@ struct PayloadEvidence {
     factor: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     min_units: Option<u64>,
-}
-
-/// The serialised name of a rule mode, as carried on intents and audit records.
-pub fn mode_str(mode: RuleMode) -> &'static str {
-    match mode {
-        RuleMode::Shadow => "shadow",
-        RuleMode::Notify => "notify",
-        RuleMode::Act => "act",
-    }
 }
 
 /// The action a rule kind asks for.

@@ -6,7 +6,7 @@
 
 use rust_decimal::Decimal;
 
-use super::intent::{action_str, key, mode_str, ActionIntent, Evidence, Trigger};
+use super::intent::{action_str, key, ActionIntent, Evidence, Trigger};
 use super::state::{clamp_i64, RuleRef, SkuState, WindowFired};
 use crate::config::{Rule, RuleKind};
 
@@ -48,7 +48,7 @@ pub(super) fn evaluate(
                 key: key(rule, sku, trigger),
                 rule_id: rule.id.clone(),
                 rule_version: rule.version,
-                mode: mode_str(rule.mode).to_string(),
+                mode: rule.mode,
                 action: action_str(&rule.kind).to_string(),
                 sku: sku.to_string(),
                 trigger,

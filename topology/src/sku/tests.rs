@@ -274,8 +274,8 @@ fn shadow_mode_still_yields_intents_carrying_their_mode() {
         rule("low_stock", 1, RuleMode::Notify, RuleKind::LowStock { threshold: 10, replenish_to: 100 }),
     ]);
     let out = d.feed(&[placed(1, T0 + SEC), snapshot(0, T0)]);
-    let modes: Vec<&str> = out.iter().map(|i| i.mode.as_str()).collect();
-    assert_eq!(modes, ["shadow", "notify"]);
+    let modes: Vec<RuleMode> = out.iter().map(|i| i.mode).collect();
+    assert_eq!(modes, [RuleMode::Shadow, RuleMode::Notify]);
     assert_eq!(out[0].action, "stop_sale", "the mode decides who is called, not what is asked");
 }
 
@@ -290,7 +290,7 @@ fn one_oversell() -> ActionIntent {
 fn payload_bytes_are_identical_for_equal_intents_and_exclude_mode_and_append_time() {
     let a = one_oversell();
     assert_eq!(a.payload_json(), one_oversell().payload_json());
-    let b = ActionIntent { mode: "shadow".into(), source_append_ms: a.source_append_ms + 9_999, ..a.clone() };
+    let b = ActionIntent { mode: RuleMode::Shadow, source_append_ms: a.source_append_ms + 9_999, ..a.clone() };
     assert_ne!(a, b);
     assert_eq!(a.payload_json(), b.payload_json());
 }
