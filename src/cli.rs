@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tidemark_topology::gen::Spike;
 
 #[derive(Parser, Debug)]
 #[command(name = "tidemark", version, about = "Deterministic, crash-safe stateful stream processing for order events")]
@@ -250,13 +251,13 @@ pub struct GenArgs {
     #[arg(long, default_value = "2026-11-28T00:00:00Z")]
     pub start: String,
     /// Spike profile `AT_S:DURATION_S:FACTOR`, e.g. `60:30:10`.
-    #[arg(long)]
-    pub spike: Option<String>,
+    #[arg(long, value_parser = spike)]
+    pub spike: Option<Spike>,
     #[arg(long, default_value_t = 0.02)]
     pub late_fraction: f64,
-    /// Maximum lateness, e.g. `6h`.
-    #[arg(long, default_value = "6h")]
-    pub max_lateness: String,
+    /// Maximum lateness (humantime), e.g. `6h`.
+    #[arg(long, default_value = "6h", value_parser = humantime::parse_duration)]
+    pub max_lateness: Duration,
     #[arg(long, default_value_t = 0.01)]
     pub dup_fraction: f64,
     #[arg(long, default_value_t = 0.001)]
@@ -433,6 +434,15 @@ pub enum ShowFormat {
     Rows,
 }
 
+/// A spike profile `AT_S:DURATION_S:FACTOR`, e.g. `60:30:10`.
+fn spike(text: &str) -> Result<Spike, String> {
+    let parts: Result<Vec<f64>, _> = text.split(':').map(str::parse).collect();
+    match parts.as_deref() {
+        Ok(&[at_s, duration_s, factor]) => Ok(Spike { at_s, duration_s, factor }),
+        _ => Err("expected three numbers AT_S:DURATION_S:FACTOR, e.g. 60:30:10".into()),
+    }
+}
+
 /// A humantime duration above zero, e.g. `2m`.
 fn positive_duration(text: &str) -> Result<Duration, String> {
     match humantime::parse_duration(text) {
@@ -544,5 +554,16 @@ mod tests {
         let every = |every: &str| parse(&["microbatch", "--topology", "t.toml", "--every", every]);
         assert_eq!(every("0s").err().map(|e| e.kind()), Some(ErrorKind::ValueValidation));
         assert!(every("30s").is_ok());
+        let gen = |flag: &str, value: &str| parse(&["gen", flag, value]);
+        assert_eq!(gen("--max-lateness", "late").err().map(|e| e.kind()), Some(ErrorKind::ValueValidation));
+        assert!(gen("--max-lateness", "90m").is_ok());
+        for malformed in ["60:30", "60:x:10", "60:30:10:1"] {
+            assert_eq!(
+                gen("--spike", malformed).err().map(|e| e.kind()),
+                Some(ErrorKind::ValueValidation),
+                "{malformed}"
+            );
+        }
+        assert!(gen("--spike", "60:30:10").is_ok());
     }
 }

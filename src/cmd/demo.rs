@@ -65,7 +65,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         start: "now".into(),
         spike: None,
         late_fraction: 0.02,
-        max_lateness: "6h".into(),
+        max_lateness: Duration::from_secs(6 * 3600),
         dup_fraction: 0.01,
         malformed_fraction: 0.001,
         v2_fraction: 0.5,

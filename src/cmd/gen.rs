@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde::Serialize;
-use tidemark_topology::gen::{GenConfig, GenTopic, Generator, Spike, Truth};
+use tidemark_topology::gen::{GenConfig, GenTopic, Generator, Truth};
 
 use crate::cli::GenArgs;
 use crate::kafka::KafkaSettings;
@@ -58,25 +58,13 @@ pub fn config(args: &GenArgs) -> anyhow::Result<GenConfig> {
             .with_context(|| format!("--start {}: expected RFC 3339 or `now`", args.start))?
             .timestamp_millis()
     };
-    let spike = match &args.spike {
-        None => None,
-        Some(s) => {
-            let parts: Vec<f64> = s.split(':').filter_map(|p| p.parse().ok()).collect();
-            let [at_s, duration_s, factor] = parts[..] else {
-                anyhow::bail!("--spike {s}: expected AT_S:DURATION_S:FACTOR, e.g. 60:30:10")
-            };
-            Some(Spike { at_s, duration_s, factor })
-        }
-    };
-    let max_lateness_ms = humantime::parse_duration(&args.max_lateness)
-        .with_context(|| format!("--max-lateness {}", args.max_lateness))?
-        .as_millis() as i64;
+    let max_lateness_ms = i64::try_from(args.max_lateness.as_millis()).unwrap_or(i64::MAX);
     Ok(GenConfig {
         seed: args.seed,
         events: args.events,
         start_ms,
         rate_per_s: args.rate,
-        spike,
+        spike: args.spike,
         late_fraction: args.late_fraction,
         max_lateness_ms,
         dup_fraction: args.dup_fraction,

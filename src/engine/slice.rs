@@ -156,21 +156,8 @@ fn coalesce(out: &mut Vec<OutputRecord>) {
 mod tests {
     use super::*;
     use tidemark_state::StoreOptions;
-    use tidemark_topology::window::WindowPolicy;
 
-    const MIN: i64 = 60_000;
     const T0: i64 = 1_764_288_000_000;
-
-    fn cfg() -> TaskConfig {
-        TaskConfig {
-            topic: "orders".into(),
-            window: WindowPolicy { size_ms: MIN, allowed_lateness_ms: 0, grace_ms: 2 * MIN, retention_ms: 420 * MIN },
-            dedup_retention_ms: 7 * 24 * 60 * MIN,
-            sku_partitions: 0,
-            finance_tz: chrono_tz::Asia::Tokyo,
-            limits: Default::default(),
-        }
-    }
 
     fn placed(id: &str, t_ms: i64) -> Vec<u8> {
         format!(
@@ -185,7 +172,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let store =
             Store::open(dir.path(), &StoreOptions { owner: "t".into(), ..StoreOptions::default() }).expect("open");
-        let mut runner = SliceRunner::new(&store, cfg(), chunk, coalesce, Arc::default());
+        let mut runner = SliceRunner::new(&store, TaskConfig::example(), chunk, coalesce, Arc::default());
         let mut published = Vec::new();
         for (n, part) in values.chunks(slice).enumerate() {
             for (i, v) in part.iter().enumerate() {

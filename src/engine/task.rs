@@ -66,6 +66,14 @@ impl TaskConfig {
             limits: t.normalize,
         }
     }
+
+    /// The shipped example topology's configuration without the inventory path (1-minute
+    /// windows, 2 m grace, 7 h retention, 7 d dedup, Tokyo days): what engine unit tests run.
+    #[cfg(test)]
+    pub fn example() -> TaskConfig {
+        use tidemark_topology::config::{parse, EXAMPLE};
+        TaskConfig::from_topology(&parse(EXAMPLE, "orders.toml").expect("the example topology validates"), 0)
+    }
 }
 
 struct Pending {

@@ -1,7 +1,6 @@
 //! Engine tests without a broker: a real RocksDB store in a temp dir, records built by hand.
 
 use tidemark_state::{PartitionId, Store, StoreOptions};
-use tidemark_topology::window::WindowPolicy;
 
 use super::output::{OutputRecord, Sink};
 use super::stats::Stats;
@@ -10,17 +9,6 @@ use super::task::{PartitionTask, SourceRecord, TaskConfig};
 const MIN: i64 = 60_000;
 const HOUR: i64 = 60 * MIN;
 const T0: i64 = 1_764_288_000_000; // 2025-11-28T00:00:00Z
-
-fn cfg() -> TaskConfig {
-    TaskConfig {
-        topic: "orders".into(),
-        window: WindowPolicy { size_ms: MIN, allowed_lateness_ms: 0, grace_ms: 2 * MIN, retention_ms: 7 * HOUR },
-        dedup_retention_ms: 7 * 24 * HOUR,
-        sku_partitions: 0,
-        finance_tz: chrono_tz::Asia::Tokyo,
-        limits: Default::default(),
-    }
-}
 
 fn placed(id: &str, t_ms: i64, qty: u32) -> Vec<u8> {
     format!(
@@ -45,7 +33,7 @@ impl Harness {
     }
 
     fn task(&self) -> PartitionTask {
-        PartitionTask::restore(&self.store, self.id, cfg()).expect("restore")
+        PartitionTask::restore(&self.store, self.id, TaskConfig::example()).expect("restore")
     }
 
     /// Ingests `(offset, append, value)` records and commits; returns the outputs.
