@@ -18,6 +18,14 @@ trap 'git -C "$ROOT" worktree remove --force "$WT" >/dev/null 2>&1 || rm -rf "$W
 git -C "$ROOT" worktree add --detach "$WT" "$REV" >/dev/null 2>&1
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/tidemark/target}"
 echo "[bench] building tidemark $REV in $WT" >&2
+# Cargo names a workspace crate's artifacts independently of where the workspace lives and
+# judges freshness by mtimes, so two checkouts sharing CARGO_TARGET_DIR can each take the
+# other's artifacts for their own (seen: a working-tree build linked a library this build
+# had just written). Sources dated in the future make this build recompile every workspace
+# crate whatever was built before; afterwards the working tree's sources are touched so its
+# next build recompiles them too.
+git -C "$WT" ls-files -z | (cd "$WT" && xargs -0 touch -d '+1 day')
 (cd "$WT" && nice -n 10 cargo build --release --bin tidemark >&2)
 cp -p "$CARGO_TARGET_DIR/release/tidemark" "$OUT.tmp" && mv "$OUT.tmp" "$OUT"
+git -C "$ROOT" ls-files -z -- '*.rs' '*.toml' | (cd "$ROOT" && xargs -0 touch -c)
 echo "$OUT"

@@ -114,7 +114,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let store = stream::open_store(&opts)?;
     opts.progress.store_opened();
     tracing::info!(took_ms = opening.elapsed().as_millis() as u64, "state store opened");
-    let disk = telemetry::disk::spawn(opts.state_dir.clone(), Arc::clone(&stop));
+    let disk = telemetry::disk::spawn(opts.state_dir.clone(), Arc::clone(&store), Arc::clone(&stop));
     let actions = actions::spawn(
         rt,
         &opts.settings,

@@ -9,6 +9,10 @@
 //! | `tidemark_state_disk_bytes` | bytes of the files under `--state-dir` |
 //! | `tidemark_state_volume_capacity_bytes` | size of the filesystem holding it |
 //! | `tidemark_state_volume_available_bytes` | bytes still available to tidemark on it |
+//! | `tidemark_state_memory_bytes{kind}` | what the state store holds in memory, by RocksDB's own accounting: `memtables`, `block_cache`, `table_readers` |
+//!
+//! The memory gauges say which part of the process's RSS is the store (bounded by the
+//! memtable and block cache sizes) and which is not.
 //!
 //! The chart alerts when `1 - available / capacity` passes 80 % (docs/sizing.md has the
 //! table of GiB per pod).
@@ -20,6 +24,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use metrics::gauge;
+use tidemark_state::Store;
 use tracing::warn;
 
 /// How often the state directory is measured: a walk of a few hundred files.
@@ -58,11 +63,20 @@ pub fn measure(dir: &Path) {
     }
 }
 
+/// Publishes the store's memory gauges once.
+pub fn measure_memory(store: &Store) {
+    let m = store.memory_usage();
+    for (kind, bytes) in [("memtables", m.memtables), ("block_cache", m.block_cache), ("table_readers", m.table_readers)] {
+        gauge!("tidemark_state_memory_bytes", "kind" => kind).set(bytes as f64);
+    }
+}
+
 /// Measures now and then every [`EVERY`] until `stop` is set.
-pub fn spawn(dir: PathBuf, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+pub fn spawn(dir: PathBuf, store: Arc<Store>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             measure(&dir);
+            measure_memory(&store);
             let until = Instant::now() + EVERY;
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));

@@ -29,5 +29,5 @@ pub use error::StateError;
 pub use keys::{Namespace, PartitionId};
 pub use memory::{MemBatch, MemStore};
 pub use outbox::OutboxIndex;
-pub use store::{KeyValue, Store, StoreOptions};
+pub use store::{KeyValue, MemoryUsage, Store, StoreOptions};
 pub use view::{StateStore, StateView, StateWrite};

@@ -86,6 +86,22 @@ pub fn dedup_rewrite_secs(retention_ms: i64) -> u64 {
     u64::try_from(retention_ms / 2 / 1000).unwrap_or(0).clamp(300, 30 * 86_400)
 }
 
+/// Every column family the store opens.
+const ALL_CFS: [&str; 7] =
+    [CF_META, CF_DEDUP, CF_DEDUP_LEGACY, CF_AGGREGATES, CF_OUTBOX_PENDING, CF_OUTBOX_EXPIRY, CF_OUTBOX];
+
+/// Bytes the store holds in memory ([`Store::memory_usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Active and immutable memtables (write buffers), bounded by their size × count.
+    pub memtables: u64,
+    /// Block cache in use (data blocks, and the filter and index blocks it holds), bounded
+    /// by `block_cache_bytes`.
+    pub block_cache: u64,
+    /// Index and filter blocks held outside the block cache (scratch stores).
+    pub table_readers: u64,
+}
+
 /// Memtable size of a scratch store's dedup column family (RocksDB's default is 64 MiB).
 const SCRATCH_MEMTABLE_BYTES: usize = 128 << 20;
 
@@ -273,6 +289,27 @@ impl Store {
             }
         }
         Ok(found)
+    }
+
+    /// What the store holds in memory, from RocksDB's own accounting (summed over the
+    /// column families; the block cache is shared, so it is read once).
+    pub fn memory_usage(&self) -> MemoryUsage {
+        let sum = |property: &str| -> u64 {
+            ALL_CFS
+                .iter()
+                .filter_map(|name| self.db.property_int_value_cf(self.cf(name), property).ok().flatten())
+                .sum()
+        };
+        MemoryUsage {
+            memtables: sum("rocksdb.cur-size-all-mem-tables"),
+            table_readers: sum("rocksdb.estimate-table-readers-mem"),
+            block_cache: self
+                .db
+                .property_int_value_cf(self.cf(CF_META), "rocksdb.block-cache-usage")
+                .ok()
+                .flatten()
+                .unwrap_or(0),
+        }
     }
 
     /// Whether the raw-id dedup entries of an upgraded store are still looked up; they stop
@@ -470,5 +507,32 @@ mod dedup_format_tests {
         assert_eq!(dedup_rewrite_secs(20 * 60_000), 600, "20 minutes: every 10 minutes");
         assert_eq!(dedup_rewrite_secs(60_000), 300, "never more often than every 5 minutes");
         assert_eq!(dedup_rewrite_secs(365 * 86_400_000), 30 * 86_400, "never less often than monthly");
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn memory_usage_counts_what_the_memtables_and_the_block_cache_hold() -> Result<(), StateError> {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path(), &StoreOptions { sync_commits: false, ..StoreOptions::default() })?;
+        let empty = store.memory_usage();
+        let p = PartitionId::orders(0);
+        let mut batch = store.batch();
+        for i in 0..10_000 {
+            batch.put_dedup(p, &format!("e-{i}"), 1_000);
+        }
+        batch.commit()?;
+        let written = store.memory_usage();
+        assert!(written.memtables > empty.memtables + 10_000 * 22, "{empty:?} then {written:?}");
+        store.db.flush_cf(store.cf(CF_DEDUP)).map_err(|e| store.rocks(e))?;
+        let ids: Vec<String> = (0..10_000).map(|i| format!("e-{i}")).collect();
+        assert!(store.dedup_lookup(p, &ids)?.iter().all(Option::is_some));
+        let read = store.memory_usage();
+        assert!(read.block_cache > 10_000 * 22 / 2, "blocks read through the cache: {read:?}");
+        assert!(read.memtables < written.memtables, "flushed: {written:?} then {read:?}");
+        Ok(())
     }
 }
