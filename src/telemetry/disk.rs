@@ -66,7 +66,9 @@ pub fn measure(dir: &Path) {
 /// Publishes the store's memory gauges once.
 pub fn measure_memory(store: &Store) {
     let m = store.memory_usage();
-    for (kind, bytes) in [("memtables", m.memtables), ("block_cache", m.block_cache), ("table_readers", m.table_readers)] {
+    for (kind, bytes) in
+        [("memtables", m.memtables), ("block_cache", m.block_cache), ("table_readers", m.table_readers)]
+    {
         gauge!("tidemark_state_memory_bytes", "kind" => kind).set(bytes as f64);
     }
 }
