@@ -64,7 +64,9 @@ def parse(page):
                 continue
             key = f"{source}[{labels.get('partition', '?')}]"
             s["backlog_age" if name == "tidemark_backlog_age_seconds" else "lag"][key] = value
-        elif name.startswith("tidemark_") and (name.endswith("_total") or name.startswith("tidemark_outbox")):
+        elif name.startswith("tidemark_") and (
+            name.endswith("_total") or name.startswith("tidemark_outbox") or name.startswith("tidemark_state_")
+        ):
             extra = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
             s["counters"][name[len("tidemark_"):] + (f"{{{extra}}}" if extra else "")] = value
     for v in s["hist"].values():

@@ -73,6 +73,10 @@ def main():
     rss = [(s["t"] - t0, s["proc"]["processor"]["rss_kb"] * 1024) for s in samples
            if s.get("proc", {}).get("processor", {}).get("rss_kb")]
     age = [(s["t"] - t0, max(s["backlog_age"].values())) for s in samples if s.get("backlog_age")]
+    # What RocksDB says it holds in memory (tidemark_state_memory_bytes{kind}), beside the RSS.
+    store_kinds = ("memtables", "block_cache", "table_readers")
+    store_mem = {k: [(s["t"] - t0, s["counters"][f"state_memory_bytes{{kind={k}}}"]) for s in samples
+                     if f"state_memory_bytes{{kind={k}}}" in s.get("counters", {})] for k in store_kinds}
     rate = []
     for (ta, na), (tb, nb) in zip(gen, gen[1:]):
         if na is not None and nb is not None and tb > ta:
@@ -88,6 +92,7 @@ def main():
         "actions_received": len(actions),
         "state_disk": judge(state, settle, "state directory bytes (du)"),
         "rss": judge(rss, settle, "processor RSS bytes"),
+        "store_memory": {k: judge(v, settle, f"state store {k} bytes") for k, v in store_mem.items() if v},
         "broker_disk": judge(broker, settle, "broker data bytes (input topics keep 10 min)"),
         "max_backlog_age_s_after_settling": round(max(judged_age), 2) if judged_age else None,
     }
@@ -109,6 +114,9 @@ def main():
     axes[0].plot([t / 60 for t, _ in state], [v / mib for _, v in state], label="state directory (du)")
     axes[0].set_ylabel("MiB on disk")
     axes[1].plot([t / 60 for t, _ in rss], [v / mib for _, v in rss], color="tab:orange", label="processor RSS")
+    for k, v in store_mem.items():
+        if v:
+            axes[1].plot([t / 60 for t, _ in v], [x / mib for _, x in v], linewidth=1, label=f"store {k}")
     axes[1].set_ylabel("MiB RSS")
     axes[2].plot([t / 60 for t, _ in age], [v for _, v in age], color="tab:red", label="backlog age (max over partitions)")
     axes[2].set_ylabel("backlog age (s)")
