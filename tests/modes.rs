@@ -230,8 +230,13 @@ fn produce_one(topic: &str, key: &[u8], value: &[u8]) {
 fn shadow_replay_finds_no_unexplained_mismatch_and_explains_events_beyond_retention() {
     let orders = unique("modes-shadow");
     let t = topology(&orders, &unique("run-modes-shadow"));
+    // Rules that fire on this history, in shadow mode (no endpoint): the action path has keys.
+    let text = std::fs::read_to_string(&t.path).expect("read");
+    let cut = text.find("# Anomaly rules.").expect("rules section");
+    std::fs::write(&t.path, text[..cut].to_string() + &firing_rules("shadow", "shadow", "shadow")).expect("write");
     create_topics(&t);
-    generate(&orders, &["--events", "15000", "--rate", "0.5", "--event-bytes", "256", "--seed", "41"]);
+    let history = ["--events", "15000", "--rate", "0.5", "--event-bytes", "256", "--seed", "41"];
+    generate(&orders, &[&history[..], &["--skus", "20", "--inventory-every", "150"]].concat());
     // 8 h behind everything else: past the 7 h window retention when it arrives.
     let v = r#"{"schema_version":1,"event_id":"very-late","order_id":"o-very-late","event_type":"order_placed","event_time":"2026-11-28T00:00:30Z","store":"tokyo-01","currency":"JPY","lines":[{"sku":"SKU-1","qty":1,"unit_price":"1000"}]}"#;
     produce_one(&orders, b"o-very-late", v.as_bytes());
@@ -257,8 +262,17 @@ fn shadow_replay_finds_no_unexplained_mismatch_and_explains_events_beyond_retent
     let r: Value = serde_json::from_slice(&std::fs::read(&json).expect("report file")).expect("report JSON");
     assert_eq!(r["unexplained"], 0);
     let comparisons = r["comparisons"].as_array().expect("comparisons");
-    assert_eq!(comparisons.len(), 4);
-    assert!(comparisons[..2].iter().all(|c| count(c, "mismatches") == 0 && count(c, "keys") > 0), "{comparisons:?}");
+    assert_eq!(comparisons.len(), 5);
+    // Byte-identical: stream and micro-batch rows; the action path's keys and payloads at the
+    // stream's cadence and in one whole turn.
+    for c in [&comparisons[0], &comparisons[1], &comparisons[4]] {
+        assert!(count(c, "mismatches") == 0 && count(c, "keys") > 0, "{comparisons:?}");
+    }
+    assert_eq!(comparisons[4]["name"], "actions per idempotency key: stream vs batch");
+    let actions = &r["actions"];
+    assert!(count(&actions["stream"], "turns") > count(&actions["batch"], "turns"), "{actions}");
+    assert_eq!(count(&actions["stream"], "actions"), count(&comparisons[4], "keys"), "{actions}");
+    assert_eq!(count(&actions["stream"], "buffered") + count(&actions["batch"], "buffered"), 0, "{actions}");
     // The very late sale: in the batch, not in the stream, in both the finance day and its
     // dashboard window, every differing field explained by the late output.
     let mismatches = r["mismatches"].as_array().expect("mismatches");

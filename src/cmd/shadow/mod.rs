@@ -2,16 +2,22 @@
 //! compared key by key (SPEC §2 "Shadow replay"; docs/modes.md).
 //!
 //! Each mode reads the range from the orders log itself, partition by partition, and runs
-//! in process ([`replay`]): three passes over the log, nothing of it held in memory. Four comparisons ([`compare`]):
+//! in process ([`replay`]): three passes over the log, nothing of it held in memory. The
+//! action path ([`actions`]) replays the range with the inventory log twice, at the
+//! stream's commit cadence and as one whole turn, in the in-memory topology driver. Five
+//! comparisons ([`compare`]):
 //! 1. dashboard rows, stream vs micro-batch — byte-identical expected;
 //! 2. provisional finance rows, stream vs micro-batch — byte-identical expected;
 //! 3. finance per day/store/currency, batch vs stream — explained only by the late output;
-//! 4. dashboard per window/store/currency, batch vs stream — likewise.
+//! 4. dashboard per window/store/currency, batch vs stream — likewise;
+//! 5. actions per idempotency key, stream vs batch cadence — key set and payload bytes
+//!    identical expected.
 //!
 //! Revision counts (how often each mode published a row) are reported, not compared: the
 //! micro-batch replaces a row once per slice, the stream once per commit.
 //! Exit code: 0 when every mismatch is explained, 3 when any is not, 1 on errors.
 
+mod actions;
 pub(crate) mod compare;
 mod replay;
 
@@ -25,6 +31,7 @@ use tidemark_topology::config;
 use super::batch::range::{parse_offsets, Input, Log, Offsets, Progress};
 use crate::cli::ShadowArgs;
 use crate::engine::{SourceRecord, TaskConfig};
+use actions::Cadence;
 use compare::{exact, explained, Cause, Mismatch, Revisions, DASHBOARD_FIELDS, FINANCE_FIELDS};
 use replay::Source;
 
@@ -49,6 +56,23 @@ struct BatchSummary {
     dashboard_keys: usize,
 }
 
+/// One replay of the action path.
+#[derive(Serialize)]
+struct ActionSummary {
+    turns: usize,
+    actions: usize,
+    /// Records left in SKU merge buffers at the end (expected 0).
+    buffered: usize,
+}
+
+#[derive(Serialize)]
+struct ActionsSummary {
+    /// The inventory records replayed with the orders (the whole inventory log at start).
+    inventory_input: Input,
+    stream: ActionSummary,
+    batch: ActionSummary,
+}
+
 #[derive(Serialize)]
 struct Comparison {
     name: &'static str,
@@ -67,6 +91,7 @@ struct Report<'a> {
     stream: ModeSummary,
     microbatch: ModeSummary,
     batch: BatchSummary,
+    actions: ActionsSummary,
     revisions_dashboard: Revisions,
     revisions_finance: Revisions,
     comparisons: Vec<Comparison>,
@@ -127,11 +152,25 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
     eprintln!("shadow: batch fold");
     let batch = replay::batch(&source, &cfg)?;
 
+    let inventory_log = Log::open(&settings, &topology.inventory.topic)?;
+    let low: Offsets = inventory_log.watermarks().iter().map(|(p, (low, _))| (*p, *low)).collect();
+    let high: Offsets = inventory_log.watermarks().iter().map(|(p, (_, high))| (*p, *high)).collect();
+    let inventory_input = Input::new(inventory_log.topic(), &low, &high);
+    let inventory = LogSource { log: &inventory_log, input: &inventory_input };
+    eprintln!(
+        "shadow: action path, stream cadence (at most {} records per partition a turn)",
+        args.stream_commit_records
+    );
+    let stream_actions =
+        actions::replay(&source, &inventory, &topology, Cadence::EveryRecords(args.stream_commit_records))?;
+    eprintln!("shadow: action path, batch cadence (the whole range in the first turn)");
+    let batch_actions = actions::replay(&source, &inventory, &topology, Cadence::Whole)?;
+
     let (stream_fin, stream_dash) = replay::summed(&stream)?;
     let (late_fin, late_dash) = replay::late_contributions(&stream, &cfg);
     let late =
         |figures| Cause { name: "late_output", adds: false, what: "beyond the stream's window retention", figures };
-    let groups: [(&'static str, usize, Vec<Mismatch>); 4] = [
+    let groups: [(&'static str, usize, Vec<Mismatch>); 5] = [
         (
             "dashboard rows: stream vs micro-batch",
             stream.dashboard.last.len(),
@@ -151,6 +190,11 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
             "dashboard per window/store/currency: batch vs stream",
             batch.dashboard.len().max(stream_dash.len()),
             explained("dashboard batch/stream", &DASHBOARD_FIELDS, &batch.dashboard, &stream_dash, &[late(&late_dash)]),
+        ),
+        (
+            "actions per idempotency key: stream vs batch",
+            stream_actions.payloads.len().max(batch_actions.payloads.len()),
+            exact("actions stream/batch", "payload", &stream_actions.payloads, &batch_actions.payloads),
         ),
     ];
     let mut comparisons = Vec::new();
@@ -186,6 +230,11 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
             finance_keys: batch.finance.len(),
             dashboard_keys: batch.dashboard.len(),
         },
+        actions: ActionsSummary {
+            stream: action_summary(&stream_actions),
+            batch: action_summary(&batch_actions),
+            inventory_input,
+        },
         revisions_dashboard: Revisions::of(&stream.dashboard.revisions, &micro.dashboard.revisions),
         revisions_finance: Revisions::of(&stream.finance.revisions, &micro.finance.revisions),
         comparisons,
@@ -198,6 +247,10 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
     }
     print_report(&report)?;
     Ok(if unexplained == 0 { ExitCode::SUCCESS } else { ExitCode::from(UNEXPLAINED) })
+}
+
+fn action_summary(a: &actions::Actions) -> ActionSummary {
+    ActionSummary { turns: a.turns, actions: a.payloads.len(), buffered: a.buffered }
 }
 
 fn print_report(r: &Report<'_>) -> anyhow::Result<()> {
@@ -224,6 +277,17 @@ fn print_report(r: &Report<'_>) -> anyhow::Result<()> {
         out,
         "  batch:       {} events applied, {} duplicates, {} dead letters, {} finance keys, {} dashboard keys",
         r.batch.applied, r.batch.duplicates, r.batch.dead_letters, r.batch.finance_keys, r.batch.dashboard_keys
+    )?;
+    let (a, b) = (&r.actions.stream, &r.actions.batch);
+    writeln!(
+        out,
+        "  actions:     stream cadence {} turns, {} actions; batch cadence {} turns, {} actions; {} left buffered (inventory {})",
+        a.turns,
+        a.actions,
+        b.turns,
+        b.actions,
+        a.buffered + b.buffered,
+        r.actions.inventory_input.describe()
     )?;
     for (what, rev) in [("dashboard", &r.revisions_dashboard), ("finance", &r.revisions_finance)] {
         writeln!(
