@@ -7,7 +7,12 @@
 #
 #   bench/batch_memory.sh [N=2000000]
 #   BOOTSTRAP (default 127.0.0.1:19092), EVENT_BYTES (default 256), PARTITIONS (default 4),
-#   NAME (result file bench/results/$NAME.json, default batch_memory), BENCH_REV
+#   NAME (result file bench/results/$NAME.json, default batch_memory), BENCH_REV,
+#   KEEP_TOPIC=1 (leave the generated topics on the broker and print their tag),
+#   REUSE_TAG=TAG (close the topics a KEEP_TOPIC=1 run left, without generating: two
+#   revisions compared on the very same input; deleted at the end unless KEEP_TOPIC=1).
+# Every 5 s the close's RSS, its scratch dedup store's size and the records read are sampled
+# (bench/results/raw/$NAME-samples.txt.gz) and plotted (bench/results/$NAME.png).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -27,10 +32,18 @@ else
   cp -p "$(bench/lib/build_rev.sh "$REV")" "$BIN"
 fi
 WORK="$(mktemp -d /tmp/batch-memory.XXXX)"
-TAG="batchmem-$(date +%s)"
-# The generated log is GBs at 100 M events: deleted with the run.
-trap 'rm -rf "$WORK" "$BIN"; java -Xmx256m -cp "$KAFKA_HOME/libs/*" -Dlog4j2.level=error org.apache.kafka.tools.TopicCommand \
-  --bootstrap-server "$BOOT" --delete --topic "$TAG\..*" >/dev/null 2>&1 || true' EXIT
+TAG="${REUSE_TAG:-batchmem-$(date +%s)}"
+# The generated log is GBs at 100 M events: deleted with the run unless KEEP_TOPIC=1.
+cleanup() {
+  rm -rf "$WORK" "$BIN"
+  if [ "${KEEP_TOPIC:-0}" = 1 ]; then
+    echo "batch_memory: kept the topics $TAG.* (REUSE_TAG=$TAG to close them again)" >&2
+  else
+    java -Xmx256m -cp "$KAFKA_HOME/libs/*" -Dlog4j2.level=error org.apache.kafka.tools.TopicCommand \
+      --bootstrap-server "$BOOT" --delete --topic "$TAG\..*" >/dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
 
 # The example topology with this run's topics.
 sed -e "s/topic = \"orders\"/topic = \"$TAG.orders\"/" -e "s/topic = \"inventory\"/topic = \"$TAG.inventory\"/" \
@@ -40,9 +53,13 @@ if [ -n "${PARTITIONS:-}" ]; then sed -i "s/partitions = 4/partitions = $PARTITI
 
 # Event times from 2026-11-28T00:00Z (Tokyo business day 2026-11-28) at 20k/s of simulated
 # time: 100 M events span 83 min, all of one day.
-echo "batch_memory: generating $N events into $TAG.orders" >&2
-"$BIN" gen --bootstrap "$BOOT" --seed 42 --events "$N" --rate 20000 --start 2026-11-28T00:00:00Z \
-  --inventory-every 0 --event-bytes "$EVENT_BYTES" --orders-topic "$TAG.orders" --inventory-topic "$TAG.inventory" >&2
+if [ -z "${REUSE_TAG:-}" ]; then
+  echo "batch_memory: generating $N events into $TAG.orders" >&2
+  "$BIN" gen --bootstrap "$BOOT" --seed 42 --events "$N" --rate 20000 --start 2026-11-28T00:00:00Z \
+    --inventory-every 0 --event-bytes "$EVENT_BYTES" --orders-topic "$TAG.orders" --inventory-topic "$TAG.inventory" >&2
+else
+  echo "batch_memory: closing the existing $TAG.orders again" >&2
+fi
 
 # The whole log: from offset 0 to each partition's end.
 ENDS="$(java -Xmx256m -cp "$KAFKA_HOME/libs/*" -Dlog4j2.level=error org.apache.kafka.tools.GetOffsetShell \
@@ -52,8 +69,22 @@ FROM="$(echo "$ENDS" | sed -E 's/:[0-9]+/:0/g')"
 echo "batch_memory: closing 2026-11-28 over $FROM .. $ENDS" >&2
 
 /usr/bin/time -v -o "$WORK/time.txt" "$BIN" batch close --bootstrap "$BOOT" --topology "$WORK/t.toml" \
-  --business-day 2026-11-28 --from "$FROM" --to "$ENDS" > "$WORK/manifest.json" 2> "$WORK/close.log" \
-  || { tail -20 "$WORK/close.log" >&2; exit 1; }
+  --business-day 2026-11-28 --from "$FROM" --to "$ENDS" > "$WORK/manifest.json" 2> "$WORK/close.log" &
+TIMED=$!
+# The close itself is the child of /usr/bin/time.
+CLOSE=""
+for _ in $(seq 50); do CLOSE="$(pgrep -P "$TIMED" | head -1)"; [ -n "$CLOSE" ] && break; sleep 0.1; done
+while [ -n "$CLOSE" ] && kill -0 "$CLOSE" 2>/dev/null; do
+  rss="$(awk '/VmRSS/{print $2}' "/proc/$CLOSE/status" 2>/dev/null || true)"
+  # The scratch store the close has open (one per partition, deleted after it).
+  store="$(find "/proc/$CLOSE/fd" -maxdepth 1 -lname '*tidemark-dedup-*' -printf '%l\n' 2>/dev/null \
+    | grep -o '.*/tidemark-dedup-[^/]*' | head -1 || true)"
+  dedup="$([ -n "$store" ] && du -sb "$store" 2>/dev/null | cut -f1 || true)"
+  read_n="$(tail -1 "$WORK/close.log" 2>/dev/null | grep -o '[0-9]*/[0-9]* records' | cut -d/ -f1 || true)"
+  echo "$(date +%s.%N) ${rss:--} ${dedup:--} ${read_n:--}" >> "$WORK/samples.txt"
+  sleep 5
+done
+wait "$TIMED" || { tail -20 "$WORK/close.log" >&2; exit 1; }
 
 python3 - "$WORK/time.txt" "$WORK/manifest.json" "$REV" "$N" "$EVENT_BYTES" <<'PY' > "bench/results/${NAME:-batch_memory}.json"
 import json, re, sys
@@ -84,4 +115,8 @@ print(json.dumps({
     "loadavg_1m": float(open("/proc/loadavg").read().split()[0]),
 }, indent=2))
 PY
-cat bench/results/batch_memory.json
+mkdir -p bench/results/raw
+gzip -c "$WORK/samples.txt" > "bench/results/raw/${NAME:-batch_memory}-samples.txt.gz"
+python3 bench/lib/batch_memory_plot.py "$WORK/samples.txt" "bench/results/${NAME:-batch_memory}.json" \
+  "bench/results/${NAME:-batch_memory}.png"
+cat "bench/results/${NAME:-batch_memory}.json"
