@@ -139,14 +139,14 @@ fn an_upsert_consumer_of_the_combined_dashboard_topic_ends_with_what_query_dashb
     for v in compacted(&t.finance_provisional).values() {
         let r: tidemark_topology::provisional::ProvisionalRecord = serde_json::from_slice(v).expect("partial");
         let s = summed.entry(format!("{}|{}|{}", r.day, r.store, r.currency)).or_default();
-        s.0 += r.events;
+        s.0 += r.figures.events();
         s.1 += r.version;
     }
     let combined: BTreeMap<String, (u64, u64)> = finance
         .iter()
         .map(|(k, (_, v))| {
             let r: tidemark_topology::combine::FinanceCombined = serde_json::from_str(v).expect("combined");
-            (k.clone(), (r.events, r.version))
+            (k.clone(), (r.figures.events(), r.version))
         })
         .collect();
     assert_eq!(combined, summed, "combined finance rows are the sums of the partials");

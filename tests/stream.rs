@@ -94,10 +94,10 @@ fn bad_records_are_dead_lettered_with_their_reason_and_the_good_events_around_th
     for v in compacted(&t.dashboard).values() {
         let r: tidemark_topology::dashboard::DashboardRecord = serde_json::from_slice(v).expect("record");
         let g = got.entry((r.store, r.currency)).or_default();
-        g.0 += r.orders;
-        g.1 += r.gross;
-        g.2 += r.cancelled;
-        g.3 += r.refunded;
+        g.0 += r.figures.orders;
+        g.1 += r.figures.gross;
+        g.2 += r.figures.cancelled;
+        g.3 += r.figures.refunded;
     }
     assert_eq!(got, want, "dashboard totals must equal a recomputation from the log");
 }

@@ -115,10 +115,10 @@ fn dashboard_totals(d: &BTreeMap<Vec<u8>, Vec<u8>>) -> Totals {
     for v in d.values() {
         let Ok(r) = serde_json::from_slice::<DashboardRecord>(v) else { continue };
         let t = totals.entry((r.store, r.currency)).or_default();
-        t.0 += r.orders;
-        t.1 += r.gross;
-        t.2 += r.cancelled;
-        t.3 += r.refunded;
+        t.0 += r.figures.orders;
+        t.1 += r.figures.gross;
+        t.2 += r.figures.cancelled;
+        t.3 += r.figures.refunded;
     }
     totals
 }

@@ -136,8 +136,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut by_currency: BTreeMap<String, (u64, Decimal, Decimal)> = BTreeMap::new();
     for t in &totals {
         let e = by_currency.entry(t.currency.clone()).or_default();
-        e.0 += t.orders;
-        e.1 += t.gross;
+        e.0 += t.figures.orders;
+        e.1 += t.figures.gross;
         e.2 += t.net;
     }
     eprintln!(

@@ -238,8 +238,10 @@ fn state_key(kind: u8, combined: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rust_decimal::Decimal;
     use tidemark_state::StoreOptions;
     use tidemark_topology::dashboard::DashboardRecord;
+    use tidemark_topology::figures::Figures;
 
     const WINDOW: &str = "2026-11-28T14:59:00.000Z";
 
@@ -264,11 +266,7 @@ mod tests {
             store: "tokyo-01".into(),
             currency: "JPY".into(),
             source_partition: p,
-            orders,
-            units: orders,
-            gross: (orders * 100).into(),
-            cancelled: rust_decimal::Decimal::ZERO,
-            refunded: rust_decimal::Decimal::ZERO,
+            figures: Figures::new(orders, orders, (orders * 100).into(), Decimal::ZERO, Decimal::ZERO),
             net: (orders * 100).into(),
             version,
             as_of: "2026-11-28T14:59:30.000Z".into(),
@@ -301,14 +299,18 @@ mod tests {
         let id = PartitionId { source: PartitionId::COMBINE, partition: 0 };
         let mut task = CombineTask::restore(&store, id, cfg()).expect("restore");
         let rows = feed(&store, &mut task, 0, &[partial(0, 2, 2), partial(1, 1, 1)]);
-        assert_eq!(rows.last().map(|r| (r.orders, r.version, r.partitions)), Some((3, 3, 2)));
+        assert_eq!(rows.last().map(|r| (r.figures.orders, r.version, r.partitions)), Some((3, 3, 2)));
         drop(task);
 
         let mut task = CombineTask::restore(&store, id, cfg()).expect("restore");
         assert_eq!(task.checkpoint().next_offset, 2);
         assert!(feed(&store, &mut task, 2, &[partial(0, 2, 2), partial(1, 1, 1)]).is_empty(), "replays change nothing");
         let rows = feed(&store, &mut task, 4, &[partial(1, 4, 5)]);
-        assert_eq!(rows.last().map(|r| (r.orders, r.version)), Some((6, 7)), "p0's partial came from the store");
+        assert_eq!(
+            rows.last().map(|r| (r.figures.orders, r.version)),
+            Some((6, 7)),
+            "p0's partial came from the store"
+        );
     }
 
     #[test]

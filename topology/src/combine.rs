@@ -26,6 +26,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::dashboard::DashboardRecord;
+use crate::figures::{published_row, Events, Figures, Units};
 use crate::finance::day_bounds_ms;
 use crate::provisional::ProvisionalRecord;
 use crate::window::{window_start, WindowPolicy};
@@ -108,22 +109,14 @@ impl PartialRecord for DashboardRecord {
             store: self.store.clone(),
             currency: self.currency.clone(),
             partitions,
-            orders: 0,
-            units: 0,
-            gross: Decimal::ZERO,
-            cancelled: Decimal::ZERO,
-            refunded: Decimal::ZERO,
+            figures: Figures::default(),
             net: Decimal::ZERO,
             version: 0,
             as_of: String::new(),
         }
     }
     fn add_to(&self, c: &mut DashboardCombined) {
-        c.orders += self.orders;
-        c.units += self.units;
-        c.gross += self.gross;
-        c.cancelled += self.cancelled;
-        c.refunded += self.refunded;
+        c.figures.add(&self.figures);
         c.net += self.net;
         c.version += self.version;
         c.as_of = later(&c.as_of, &self.as_of);
@@ -147,22 +140,14 @@ impl PartialRecord for ProvisionalRecord {
             store: self.store.clone(),
             currency: self.currency.clone(),
             partitions,
-            orders: 0,
-            events: 0,
-            gross: Decimal::ZERO,
-            cancelled: Decimal::ZERO,
-            refunded: Decimal::ZERO,
+            figures: Figures::default(),
             net: Decimal::ZERO,
             version: 0,
             as_of: String::new(),
         }
     }
     fn add_to(&self, c: &mut FinanceCombined) {
-        c.orders += self.orders;
-        c.events += self.events;
-        c.gross += self.gross;
-        c.cancelled += self.cancelled;
-        c.refunded += self.refunded;
+        c.figures.add(&self.figures);
         c.net += self.net;
         c.version += self.version;
         c.as_of = later(&c.as_of, &self.as_of);
@@ -208,43 +193,35 @@ impl<R: PartialRecord> Latest<R> {
     }
 }
 
-/// A combined dashboard row. Fields in this order, the same as `tidemark query dashboard
-/// --format json` prints, so the two compare byte for byte.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DashboardCombined {
-    pub window_start: String,
-    pub window_end: String,
-    pub store: String,
-    pub currency: String,
-    /// Source partitions with a partial of this key.
-    pub partitions: usize,
-    pub orders: u64,
-    pub units: u64,
-    pub gross: Decimal,
-    pub cancelled: Decimal,
-    pub refunded: Decimal,
-    pub net: Decimal,
-    pub version: u64,
-    pub as_of: String,
+published_row! {
+    /// A combined dashboard row. Fields in this order, the same as `tidemark query dashboard
+    /// --format json` prints, so the two compare byte for byte.
+    #[serde(deny_unknown_fields)]
+    pub struct DashboardCombined {
+        pub window_start: String,
+        pub window_end: String,
+        pub store: String,
+        pub currency: String,
+        /// Source partitions with a partial of this key.
+        pub partitions: usize,
+        ..figures(units: Units),
+        pub version: u64,
+        pub as_of: String,
+    }
 }
 
-/// A combined provisional finance row.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FinanceCombined {
-    pub day: String,
-    pub store: String,
-    pub currency: String,
-    pub partitions: usize,
-    pub orders: u64,
-    pub events: u64,
-    pub gross: Decimal,
-    pub cancelled: Decimal,
-    pub refunded: Decimal,
-    pub net: Decimal,
-    pub version: u64,
-    pub as_of: String,
+published_row! {
+    /// A combined provisional finance row.
+    #[serde(deny_unknown_fields)]
+    pub struct FinanceCombined {
+        pub day: String,
+        pub store: String,
+        pub currency: String,
+        pub partitions: usize,
+        ..figures(events: Events),
+        pub version: u64,
+        pub as_of: String,
+    }
 }
 
 /// RFC 3339 UTC strings with fixed precision compare in time order.
@@ -315,11 +292,7 @@ mod tests {
             store: "tokyo-01".into(),
             currency: "JPY".into(),
             source_partition: p,
-            orders,
-            units: orders * 2,
-            gross: gross.parse().expect("decimal"),
-            cancelled: Decimal::ZERO,
-            refunded: Decimal::ZERO,
+            figures: Figures::new(orders, orders * 2, gross.parse().expect("decimal"), Decimal::ZERO, Decimal::ZERO),
             net: gross.parse().expect("decimal"),
             version,
             as_of: as_of.into(),
@@ -337,8 +310,8 @@ mod tests {
         assert!(l.offer(dash(1, 2, "250", 2, "2026-11-28T14:59:03.000Z")));
         assert!(l.offer(dash(0, 3, "400", 4, "2026-11-28T14:59:02.000Z")), "a newer partial replaces p0's");
         let c = l.combined().expect("row");
-        assert_eq!((c.partitions, c.orders, c.units, c.version), (2, 5, 10, 6));
-        assert_eq!((c.gross.to_string(), c.net.to_string()), ("650".into(), "650".into()));
+        assert_eq!((c.partitions, c.figures.orders, c.figures.units(), c.version), (2, 5, 10, 6));
+        assert_eq!((c.figures.gross.to_string(), c.net.to_string()), ("650".into(), "650".into()));
         assert_eq!(c.as_of, "2026-11-28T14:59:03.000Z");
         assert_eq!(
             String::from_utf8(serde_json::to_vec(&c).expect("json")).expect("utf8"),
@@ -407,11 +380,7 @@ mod tests {
             store: "s".into(),
             currency: "JPY".into(),
             source_partition: 0,
-            orders: 1,
-            events: 1,
-            gross: Decimal::ONE,
-            cancelled: Decimal::ZERO,
-            refunded: Decimal::ZERO,
+            figures: Figures::new(1, 1, Decimal::ONE, Decimal::ZERO, Decimal::ZERO),
             net: Decimal::ONE,
             version: 1,
             as_of: String::new(),

@@ -7,11 +7,11 @@
 //! them, so both are derived from data and replay identically.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind};
+use crate::figures::{published_row, Figures, Units};
 use crate::window::window_start;
 
 /// Identifies one aggregate within a partition.
@@ -25,36 +25,11 @@ pub struct DashKey {
 /// Running totals of one window/store/currency in one partition.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DashAgg {
-    pub orders: u64,
-    pub units: u64,
-    // Decimal's default serde impl needs a self-describing format; state is bincode.
-    #[serde(with = "rust_decimal::serde::str")]
-    pub gross: Decimal,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub cancelled: Decimal,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub refunded: Decimal,
+    pub figures: Figures<Units>,
     /// Number of events applied: strictly increases with every contribution.
     pub version: u64,
     /// Latest broker append time among the applied events.
     pub as_of_ms: i64,
-}
-
-impl DashAgg {
-    pub fn net(&self) -> Decimal {
-        self.gross - self.cancelled - self.refunded
-    }
-
-    /// Adds a sibling partial (used by readers that combine partitions).
-    pub fn merge(&mut self, other: &DashAgg) {
-        self.orders += other.orders;
-        self.units += other.units;
-        self.gross += other.gross;
-        self.cancelled += other.cancelled;
-        self.refunded += other.refunded;
-        self.version += other.version;
-        self.as_of_ms = self.as_of_ms.max(other.as_of_ms);
-    }
 }
 
 /// The aggregate an event contributes to, or `None` when it carries no money (shipped).
@@ -72,37 +47,25 @@ pub fn key_for(event: &CanonicalEvent, window_size_ms: i64) -> Option<DashKey> {
 
 /// Applies one deduplicated event; the caller found the key with [`key_for`].
 pub fn apply(agg: &mut DashAgg, event: &CanonicalEvent, append_ms: i64) {
-    match event.kind {
-        EventKind::Placed => {
-            agg.orders += 1;
-            agg.units += event.units();
-            agg.gross += event.lines_amount();
-        }
-        EventKind::Cancelled => agg.cancelled += event.lines_amount(),
-        EventKind::Refunded => agg.refunded += event.refund_amount.unwrap_or_default(),
-        EventKind::Shipped => return,
+    if agg.figures.apply(event) {
+        agg.version += 1;
+        agg.as_of_ms = agg.as_of_ms.max(append_ms);
     }
-    agg.version += 1;
-    agg.as_of_ms = agg.as_of_ms.max(append_ms);
 }
 
-/// The record written to the dashboard topic. Field order is fixed so equal inputs give
-/// byte-identical JSON.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DashboardRecord {
-    pub window_start: String,
-    pub window_end: String,
-    pub store: String,
-    pub currency: String,
-    pub source_partition: i32,
-    pub orders: u64,
-    pub units: u64,
-    pub gross: Decimal,
-    pub cancelled: Decimal,
-    pub refunded: Decimal,
-    pub net: Decimal,
-    pub version: u64,
-    pub as_of: String,
+published_row! {
+    /// The record written to the dashboard topic. Field order is fixed so equal inputs give
+    /// byte-identical JSON.
+    pub struct DashboardRecord {
+        pub window_start: String,
+        pub window_end: String,
+        pub store: String,
+        pub currency: String,
+        pub source_partition: i32,
+        ..figures(units: Units),
+        pub version: u64,
+        pub as_of: String,
+    }
 }
 
 pub fn rfc3339_ms(t_ms: i64) -> String {
@@ -124,12 +87,8 @@ pub fn record(key: &DashKey, partition: i32, agg: &DashAgg, window_size_ms: i64)
         store: key.store.clone(),
         currency: c.code().to_string(),
         source_partition: partition,
-        orders: agg.orders,
-        units: agg.units,
-        gross: c.canonical(agg.gross),
-        cancelled: c.canonical(agg.cancelled),
-        refunded: c.canonical(agg.refunded),
-        net: c.canonical(agg.net()),
+        figures: agg.figures.canonical(c),
+        net: c.canonical(agg.figures.net()),
         version: agg.version,
         as_of: rfc3339_ms(agg.as_of_ms),
     }
@@ -144,6 +103,7 @@ pub fn record_bytes(key: &DashKey, partition: i32, agg: &DashAgg, window_size_ms
 mod tests {
     use super::*;
     use crate::event::test_event as ev;
+    use rust_decimal::Decimal;
 
     #[test]
     fn net_is_gross_minus_cancelled_minus_refunded_and_version_counts_events() {
@@ -154,8 +114,8 @@ mod tests {
         apply(&mut agg, &placed, 10);
         apply(&mut agg, &cancelled, 30);
         apply(&mut agg, &refunded, 20);
-        assert_eq!((agg.orders, agg.units, agg.version, agg.as_of_ms), (1, 3, 3, 30));
-        assert_eq!(agg.net(), Decimal::from(4460 - 500 - 100));
+        assert_eq!((agg.figures.orders, agg.figures.units(), agg.version, agg.as_of_ms), (1, 3, 3, 30));
+        assert_eq!(agg.figures.net(), Decimal::from(4460 - 500 - 100));
     }
 
     #[test]

@@ -21,11 +21,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, NaiveDate, TimeDelta, TimeZone};
 use chrono_tz::Tz;
-use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize};
 
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind};
+use crate::figures::{published_row, Events, Figures};
 use crate::normalize::{normalize_order_with, NormalizeLimits};
 use crate::reject::{RejectReason, Rejection};
 
@@ -73,49 +72,7 @@ impl FinanceKey {
 }
 
 /// Running totals of one row (persisted by the stream's provisional rows).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FinanceAgg {
-    /// Placed events.
-    pub orders: u64,
-    /// Events applied (placed, cancelled, refunded).
-    pub events: u64,
-    // Decimal's default serde impl needs a self-describing format; state is bincode.
-    #[serde(with = "rust_decimal::serde::str")]
-    pub gross: Decimal,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub cancelled: Decimal,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub refunded: Decimal,
-}
-
-impl FinanceAgg {
-    pub fn net(&self) -> Decimal {
-        self.gross - self.cancelled - self.refunded
-    }
-
-    /// Applies one deduplicated event of this row's key; shipped events change nothing.
-    pub fn apply(&mut self, event: &CanonicalEvent) {
-        match event.kind {
-            EventKind::Placed => {
-                self.orders += 1;
-                self.gross += event.lines_amount();
-            }
-            EventKind::Cancelled => self.cancelled += event.lines_amount(),
-            EventKind::Refunded => self.refunded += event.refund_amount.unwrap_or_default(),
-            EventKind::Shipped => return,
-        }
-        self.events += 1;
-    }
-
-    /// Adds another row's totals to this one.
-    pub fn add(&mut self, other: &FinanceAgg) {
-        self.orders += other.orders;
-        self.events += other.events;
-        self.gross += other.gross;
-        self.cancelled += other.cancelled;
-        self.refunded += other.refunded;
-    }
-}
+pub type FinanceAgg = Figures<Events>;
 
 /// What one deduplicated event adds to the finance rows, the one definition every mode
 /// uses: its business day in `tz`, its row (store and currency) and its amounts. `None`
@@ -123,26 +80,20 @@ impl FinanceAgg {
 pub fn contribution(event: &CanonicalEvent, tz: Tz) -> Option<(NaiveDate, FinanceKey, FinanceAgg)> {
     let key = FinanceKey::of(event)?;
     let day = business_day(event.event_time_ms, tz)?;
-    let mut agg = FinanceAgg::default();
-    agg.apply(event);
-    Some((day, key, agg))
+    Some((day, key, FinanceAgg::of(event)?))
 }
 
-/// A published row: the value of a `finance_close` record. Field order is fixed and money is
-/// a decimal string at the currency's scale, so equal inputs give byte-identical JSON.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FinanceRow {
-    /// `YYYY-MM-DD` in the finance time zone.
-    pub day: String,
-    pub store: String,
-    pub currency: String,
-    pub orders: u64,
-    pub events: u64,
-    pub gross: Decimal,
-    pub cancelled: Decimal,
-    pub refunded: Decimal,
-    pub net: Decimal,
+published_row! {
+    /// A published row: the value of a `finance_close` record. Field order is fixed and money is
+    /// a decimal string at the currency's scale, so equal inputs give byte-identical JSON.
+    #[serde(deny_unknown_fields)]
+    pub struct FinanceRow {
+        /// `YYYY-MM-DD` in the finance time zone.
+        pub day: String,
+        pub store: String,
+        pub currency: String,
+        ..figures(events: Events),
+    }
 }
 
 impl FinanceRow {
@@ -152,11 +103,7 @@ impl FinanceRow {
             day: day.to_string(),
             store: key.store.clone(),
             currency: c.code().to_string(),
-            orders: agg.orders,
-            events: agg.events,
-            gross: c.canonical(agg.gross),
-            cancelled: c.canonical(agg.cancelled),
-            refunded: c.canonical(agg.refunded),
+            figures: agg.canonical(c),
             net: c.canonical(agg.net()),
         }
     }
@@ -372,7 +319,7 @@ pub fn validate(day: NaiveDate, rows: &[FinanceRow], tally: &Tally, allow_empty:
     if outcomes != tally.records {
         problems.push(format!("{} records read but {outcomes} accounted for", tally.records));
     }
-    let events: u64 = rows.iter().map(|r| r.events).sum();
+    let events: u64 = rows.iter().map(|r| r.figures.events()).sum();
     if events != tally.applied {
         problems.push(format!("rows hold {events} events but {} were applied", tally.applied));
     }
@@ -386,11 +333,12 @@ pub fn validate(day: NaiveDate, rows: &[FinanceRow], tally: &Tally, allow_empty:
         if !keys.insert((r.store.as_str(), r.currency.as_str())) {
             problems.push(format!("{at}: appears twice"));
         }
+        let f = &r.figures;
         match Currency::from_code(&r.currency) {
             None => problems.push(format!("{at}: unknown currency")),
             Some(c) => {
                 for (name, v) in
-                    [("gross", r.gross), ("cancelled", r.cancelled), ("refunded", r.refunded), ("net", r.net)]
+                    [("gross", f.gross), ("cancelled", f.cancelled), ("refunded", f.refunded), ("net", r.net)]
                 {
                     if v.scale() != c.exponent() {
                         problems.push(format!("{at}: {name} {v} is not at {}'s scale {}", c.code(), c.exponent()));
@@ -398,22 +346,22 @@ pub fn validate(day: NaiveDate, rows: &[FinanceRow], tally: &Tally, allow_empty:
                 }
             }
         }
-        for (name, v) in [("gross", r.gross), ("cancelled", r.cancelled), ("refunded", r.refunded)] {
+        for (name, v) in [("gross", f.gross), ("cancelled", f.cancelled), ("refunded", f.refunded)] {
             if v.is_sign_negative() && !v.is_zero() {
                 problems.push(format!("{at}: {name} {v} is negative"));
             }
         }
-        if r.net != r.gross - r.cancelled - r.refunded {
+        if r.net != f.net() {
             problems.push(format!(
                 "{at}: net {} ≠ gross {} − cancelled {} − refunded {}",
-                r.net, r.gross, r.cancelled, r.refunded
+                r.net, f.gross, f.cancelled, f.refunded
             ));
         }
-        if r.events == 0 {
+        if f.events() == 0 {
             problems.push(format!("{at}: no events"));
         }
-        if r.orders > r.events {
-            problems.push(format!("{at}: {} orders from {} events", r.orders, r.events));
+        if f.orders > f.events() {
+            problems.push(format!("{at}: {} orders from {} events", f.orders, f.events()));
         }
     }
     if rows.is_empty() && !allow_empty {
@@ -426,6 +374,7 @@ pub fn validate(day: NaiveDate, rows: &[FinanceRow], tally: &Tally, allow_empty:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rust_decimal::Decimal;
     use std::str::FromStr;
 
     const DAY_MS: i64 = 86_400_000;
@@ -486,7 +435,7 @@ mod tests {
         assert_eq!(close.observe(&mut dedup, &same_instant_in_jst, append), Outcome::Applied);
         let rows = close.rows();
         assert_eq!(rows.len(), 1);
-        assert_eq!((rows[0].orders, rows[0].gross), (2, Decimal::from(202)));
+        assert_eq!((rows[0].figures.orders, rows[0].figures.gross), (2, Decimal::from(202)));
     }
 
     #[test]
@@ -527,7 +476,7 @@ mod tests {
         close.observe(&mut Dedup::new(DAY_MS), usd, append);
         let row = &close.rows()[0];
         assert_eq!(
-            (row.currency.as_str(), row.gross.to_string(), row.net.to_string()),
+            (row.currency.as_str(), row.figures.gross.to_string(), row.net.to_string()),
             ("USD", "59.70".into(), "59.70".into())
         );
     }
@@ -541,7 +490,7 @@ mod tests {
             v1("c1", "order_cancelled", "2026-11-28T15:00:00Z", r#""lines":[{"sku":"S","qty":2,"unit_price":"7"}]"#);
         let (day, key, agg) = contribution(&event(&cancelled), tokyo()).expect("money");
         assert_eq!((day, key.store.as_str(), key.currency.code()), (date("2026-11-29"), "tokyo-01", "JPY"));
-        assert_eq!((agg.orders, agg.events, agg.gross, agg.cancelled), (0, 1, Decimal::ZERO, Decimal::from(14)));
+        assert_eq!((agg.orders, agg.events(), agg.gross, agg.cancelled), (0, 1, Decimal::ZERO, Decimal::from(14)));
         let shipped = v1("s1", "order_shipped", "2026-11-28T09:00:00Z", r#""lines":[{"sku":"S","qty":2}]"#);
         assert_eq!(contribution(&event(&shipped), tokyo()), None);
     }
@@ -573,19 +522,15 @@ mod tests {
             day: "2026-11-28".into(),
             store: "s".into(),
             currency: "USD".into(),
-            orders: 3,
-            events: 2,
-            gross: Decimal::new(1000, 2),
-            cancelled: Decimal::new(-100, 2),
-            refunded: Decimal::new(0, 2),
+            figures: Figures::new(3, 2, Decimal::new(1000, 2), Decimal::new(-100, 2), Decimal::new(0, 2)),
             net: Decimal::new(1000, 2),
         };
         let mut other_day = row.clone();
         other_day.day = "2026-11-29".into();
         other_day.store = "t".into();
-        other_day.gross = Decimal::new(10, 0);
+        other_day.figures.gross = Decimal::new(10, 0);
         other_day.net = Decimal::new(10, 0);
-        other_day.cancelled = Decimal::ZERO;
+        other_day.figures.cancelled = Decimal::ZERO;
         let tally = Tally { records: 5, applied: 4, ..Tally::default() };
         let problems = validate(date("2026-11-28"), &[row.clone(), row, other_day], &tally, false);
         let text = problems.join("\n");

@@ -7,6 +7,7 @@
 //! - [`normalize`]: the one shared layer that turns schema v1/v2 bytes into canonical events.
 //! - [`logical`]: logical time (append time, topic, partition, offset) of a source record.
 //! - [`config`]: the topology file (TOML): load, validate, report every error with its place.
+//! - [`figures`]: the figures of a dashboard or finance row (orders, units or events, money), defined once.
 //! - [`dashboard`]: per-window, per-store dashboard aggregates and their output records.
 //! - [`finance`]: business days, finance rows, the day-close fold and its validation.
 //! - [`provisional`]: provisional finance rows the stream keeps per business day, store and currency.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod currency;
 pub mod dashboard;
 pub mod event;
+pub mod figures;
 pub mod finance;
 pub mod gen;
 pub mod logical;

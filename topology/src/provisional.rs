@@ -14,12 +14,12 @@
 
 use chrono::NaiveDate;
 use chrono_tz::Tz;
-use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::currency::Currency;
 use crate::dashboard::rfc3339_ms;
 use crate::event::{CanonicalEvent, EventKind};
+use crate::figures::{published_row, Events};
 use crate::finance::{day_bounds_ms, FinanceAgg};
 
 /// Identifies one provisional row within a partition; keys sort by day.
@@ -41,11 +41,9 @@ pub struct ProvAgg {
 impl ProvAgg {
     /// Applies one deduplicated event of this row; shipped events change nothing.
     pub fn apply(&mut self, event: &CanonicalEvent, append_ms: i64) {
-        if event.kind == EventKind::Shipped {
-            return;
+        if self.sums.apply(event) {
+            self.as_of_ms = self.as_of_ms.max(append_ms);
         }
-        self.sums.apply(event);
-        self.as_of_ms = self.as_of_ms.max(append_ms);
     }
 }
 
@@ -93,23 +91,19 @@ pub fn key_for(event: &CanonicalEvent, calendar: &mut DayCalendar) -> Option<Pro
     Some(ProvKey { day, store: event.store.clone(), currency })
 }
 
-/// The value of a provisional record. Field order is fixed and money is a decimal string at
-/// the currency's scale, so equal inputs give byte-identical JSON.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProvisionalRecord {
-    pub day: String,
-    pub store: String,
-    pub currency: String,
-    pub source_partition: i32,
-    pub orders: u64,
-    pub events: u64,
-    pub gross: Decimal,
-    pub cancelled: Decimal,
-    pub refunded: Decimal,
-    pub net: Decimal,
-    pub version: u64,
-    pub as_of: String,
+published_row! {
+    /// The value of a provisional record. Field order is fixed and money is a decimal string at
+    /// the currency's scale, so equal inputs give byte-identical JSON.
+    #[serde(deny_unknown_fields)]
+    pub struct ProvisionalRecord {
+        pub day: String,
+        pub store: String,
+        pub currency: String,
+        pub source_partition: i32,
+        ..figures(events: Events),
+        pub version: u64,
+        pub as_of: String,
+    }
 }
 
 impl ProvisionalRecord {
@@ -120,13 +114,9 @@ impl ProvisionalRecord {
             store: key.store.clone(),
             currency: c.code().to_string(),
             source_partition: partition,
-            orders: sums.orders,
-            events: sums.events,
-            gross: c.canonical(sums.gross),
-            cancelled: c.canonical(sums.cancelled),
-            refunded: c.canonical(sums.refunded),
+            figures: sums.canonical(c),
             net: c.canonical(sums.net()),
-            version: sums.events,
+            version: sums.events(),
             as_of: rfc3339_ms(agg.as_of_ms),
         }
     }
@@ -146,6 +136,7 @@ pub fn record_key(key: &ProvKey, partition: i32) -> String {
 mod tests {
     use super::*;
     use crate::event::test_event;
+    use rust_decimal::Decimal;
 
     fn ev(kind: EventKind, t: &str, lines: Vec<(u32, &str)>, refund: Option<&str>) -> CanonicalEvent {
         let t_ms = chrono::DateTime::parse_from_rfc3339(t).expect("time").timestamp_millis();
@@ -171,7 +162,7 @@ mod tests {
         agg.apply(&ev(EventKind::Cancelled, "2026-11-29T01:01:00Z", vec![(1, "500")], None), 30);
         agg.apply(&ev(EventKind::Refunded, "2026-11-29T01:02:00Z", vec![], Some("100")), 20);
         agg.apply(&ev(EventKind::Shipped, "2026-11-29T01:03:00Z", vec![(1, "500")], None), 40);
-        assert_eq!((agg.sums.orders, agg.sums.events, agg.as_of_ms), (1, 3, 30));
+        assert_eq!((agg.sums.orders, agg.sums.events(), agg.as_of_ms), (1, 3, 30));
         assert_eq!(agg.sums.net(), Decimal::from(4460 - 500 - 100));
     }
 

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use tidemark_topology::currency::Currency;
+use tidemark_topology::figures::Figures;
 use tidemark_topology::finance::FinanceRow;
 
 use super::manifest::{self, Manifest};
@@ -58,25 +59,16 @@ pub(super) fn adjusted(close: &RunView, adjustments: &[RunView]) -> Vec<FinanceR
             day: r.day.clone(),
             store: r.store.clone(),
             currency: r.currency.clone(),
-            orders: 0,
-            events: 0,
-            gross: Decimal::ZERO,
-            cancelled: Decimal::ZERO,
-            refunded: Decimal::ZERO,
+            figures: Figures::default(),
             net: Decimal::ZERO,
         });
-        t.orders += r.orders;
-        t.events += r.events;
-        t.gross += r.gross;
-        t.cancelled += r.cancelled;
-        t.refunded += r.refunded;
+        t.figures.add(&r.figures);
         t.net += r.net;
     }
     for t in totals.values_mut() {
         if let Some(c) = Currency::from_code(&t.currency) {
-            for v in [&mut t.gross, &mut t.cancelled, &mut t.refunded, &mut t.net] {
-                *v = c.canonical(*v);
-            }
+            t.figures = t.figures.canonical(c);
+            t.net = c.canonical(t.net);
         }
     }
     totals.into_values().collect()
@@ -150,7 +142,14 @@ fn rows(out: &mut impl Write, rows: &[FinanceRow]) -> std::io::Result<()> {
         writeln!(
             out,
             "  {:<12} {:<4} {:>8} {:>8} {:>18} {:>16} {:>16} {:>18}",
-            r.store, r.currency, r.orders, r.events, r.gross, r.cancelled, r.refunded, r.net
+            r.store,
+            r.currency,
+            r.figures.orders,
+            r.figures.events(),
+            r.figures.gross,
+            r.figures.cancelled,
+            r.figures.refunded,
+            r.net
         )?;
     }
     Ok(())
