@@ -208,6 +208,8 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
     let counts = partition_counts(&consumer, &topics)?;
     check_partition_counts(&store, &topics, &counts)?;
+    opts.progress
+        .input_partitions([ORDERS, INVENTORY, SKU_REPARTITION, COMBINE].into_iter().zip(counts.iter().copied()));
     match opts.static_assignment {
         None => consumer.subscribe(&topics).context("subscribing")?,
         Some((ordinal, replicas)) => {
@@ -433,6 +435,7 @@ impl Runner {
                 AssignmentEvent::Assigned(ids) => {
                     // Liveness allows a restore long silences, and start-up passes from here.
                     self.opts.progress.restoring(true);
+                    self.opts.progress.restore_started(&ids);
                     for id in ids {
                         self.opts.progress.beat();
                         failpoint::hit("restore.mid");

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use tidemark_state::PartitionId;
 use tidemark_topology::reject::RejectReason;
 
 use super::Progress;
@@ -117,6 +118,7 @@ pub fn publish(stats: &Stats, progress: &Progress) {
     for (reason, n) in RejectReason::ALL.iter().zip(stats.dead_letters_by_reason.iter()) {
         counter!("tidemark_dead_letters_total", "reason" => reason.as_str()).absolute(Stats::get(n));
     }
+    publish_ownership(&progress.ownership());
     for (id, p) in progress.snapshot() {
         let (source, partition) = (id.role(), id.partition.to_string());
         gauge!("tidemark_backlog_age_seconds", "source" => source, "partition" => partition.clone())
@@ -124,5 +126,23 @@ pub fn publish(stats: &Stats, progress: &Progress) {
         if let Some(lag) = p.lag() {
             gauge!("tidemark_consumer_lag_records", "source" => source, "partition" => partition).set(lag as f64);
         }
+    }
+}
+
+/// Ownership per partition and per source: `tidemark_partition_owned{source,partition}` (1
+/// while owned and restored, 0 once revoked), `tidemark_input_partitions{source}` (the
+/// topic's partition count) and `tidemark_partitions_restoring{source}`. The chart's
+/// `TidemarkPartitionUnowned` compares the owned partitions of every pod with the count.
+fn publish_ownership(o: &super::ownership::Ownership) {
+    let role = |source: u16| PartitionId { source, partition: 0 }.role();
+    for (source, count) in o.counts() {
+        gauge!("tidemark_input_partitions", "source" => role(source)).set(f64::from(count));
+    }
+    for (source, n) in o.restoring_by_source() {
+        gauge!("tidemark_partitions_restoring", "source" => role(source)).set(n as f64);
+    }
+    for (id, owned) in o.partitions() {
+        gauge!("tidemark_partition_owned", "source" => id.role(), "partition" => id.partition.to_string())
+            .set(if owned { 1.0 } else { 0.0 });
     }
 }

@@ -1,5 +1,6 @@
 //! Operations surface: Prometheus metrics and probes ([`http`]), pause/resume on a separate
-//! admin listener ([`admin`]), and the backlog-age prober ([`backlog`]).
+//! admin listener ([`admin`]), the backlog-age prober ([`backlog`]), and which partitions
+//! the process owns and restores ([`ownership`]).
 //!
 //! Hot-path counting happens in plain atomics ([`crate::engine::Stats`]) and in histogram
 //! handles resolved once ([`events::Latencies`]); the exporter copies the atomics into the
@@ -11,6 +12,7 @@ pub mod backlog;
 pub mod disk;
 pub mod events;
 pub mod http;
+pub mod ownership;
 pub mod progress;
 
 pub use progress::Progress;

@@ -11,6 +11,9 @@
 //! [`MAX_RESTORE_SILENCE_MS`] while partitions are being restored (the restore beats once
 //! per partition); readiness asks for assigned partitions with a known lag and, when a bound
 //! is set, a backlog age within it.
+//!
+//! It also holds which partitions this process owns and restores ([`Ownership`]), for the
+//! ownership gauges.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -18,6 +21,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use tidemark_state::PartitionId;
+
+use super::ownership::Ownership;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PartitionProgress {
@@ -53,6 +58,7 @@ pub struct Progress {
     /// Readiness bound on every partition's backlog age, seconds (`None`: no bound).
     ready_max_backlog_s: Option<f64>,
     partitions: Mutex<BTreeMap<PartitionId, PartitionProgress>>,
+    ownership: Mutex<Ownership>,
     /// Milliseconds since start at the stream loop's last turn (liveness).
     heartbeat_ms: AtomicI64,
     /// Set by `POST /pause`, cleared by `POST /resume`.
@@ -68,6 +74,7 @@ impl Default for Progress {
             restoring: AtomicBool::new(false),
             ready_max_backlog_s: None,
             partitions: Mutex::default(),
+            ownership: Mutex::default(),
             heartbeat_ms: AtomicI64::new(0),
             paused: AtomicBool::new(false),
         }
@@ -133,12 +140,36 @@ impl Progress {
         }
     }
 
+    fn owning<R>(&self, f: impl FnOnce(&mut Ownership) -> R) -> R {
+        match self.ownership.lock() {
+            Ok(mut g) => f(&mut g),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+
+    /// The partition count of each consumed source (`PartitionId::source`, count).
+    pub fn input_partitions(&self, counts: impl IntoIterator<Item = (u16, i32)>) {
+        self.owning(|o| o.input_partitions(counts));
+    }
+
+    /// An assignment's partitions are about to be restored (see [`Ownership`]).
+    pub fn restore_started(&self, ids: &[PartitionId]) {
+        self.owning(|o| o.restore_started(ids));
+    }
+
+    /// The partition is restored (when its restore was started) and reports its progress.
     pub fn assigned(&self, id: PartitionId, committed_next: i64) {
         self.with(|m| m.entry(id).or_default().committed_next = committed_next);
+        self.owning(|o| o.restored(id));
     }
 
     pub fn revoked(&self, id: PartitionId) {
         self.with(|m| m.remove(&id));
+        self.owning(|o| o.revoked(id));
+    }
+
+    pub fn ownership(&self) -> Ownership {
+        self.owning(|o| o.clone())
     }
 
     pub fn committed(&self, id: PartitionId, next: i64) {
