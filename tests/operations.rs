@@ -146,6 +146,19 @@ fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page
             "backlog age is measured on every input and internal topic: no {source} series in {ages:?}"
         );
     }
+    let counts = metric(&page, "tidemark_input_partitions");
+    let owned = metric(&page, "tidemark_partition_owned");
+    for source in ["orders", "inventory", "sku-repartition", "combine-repartition"] {
+        let label = format!("source=\"{source}\"");
+        let count = counts.iter().find(|(l, _)| l.contains(&label)).map(|(_, v)| *v);
+        let mine = owned.iter().filter(|(l, v)| l.contains(&label) && *v == 1.0).count() as f64;
+        assert!(
+            count.is_some_and(|c| c >= 1.0 && c == mine),
+            "one process owns every {source} partition: {counts:?} {owned:?}"
+        );
+    }
+    let restoring = metric(&page, "tidemark_partitions_restoring");
+    assert!(restoring.len() == 4 && restoring.iter().all(|(_, v)| *v == 0.0), "nothing left to restore: {restoring:?}");
     let reasons = metric(&page, "tidemark_dead_letters_total");
     assert_eq!(reasons.len(), tidemark_topology::reject::RejectReason::ALL.len(), "one series per reject reason");
     assert!(reasons.iter().map(|(_, v)| v).sum::<f64>() > 0.0);
