@@ -250,7 +250,7 @@ fn shadow_replay_finds_no_unexplained_mismatch_and_explains_events_beyond_retent
             "--slices",
             "5",
             "--stream-commit-records",
-            "700",
+            "250",
             "--json",
             json.to_str().expect("utf8"),
         ],

@@ -110,8 +110,11 @@ mod tests {
     use tidemark_topology::config::{parse, EXAMPLE};
     use tidemark_topology::gen::{GenConfig, GenTopic, Generator};
 
-    /// Records per partition, each `(key, value, append_ms)`; offsets are positions.
-    struct Memory(BTreeMap<i32, Vec<(Vec<u8>, Vec<u8>, i64)>>);
+    /// `(key, value, append_ms)`.
+    type Record = (Vec<u8>, Vec<u8>, i64);
+
+    /// Records per partition; offsets are positions.
+    struct Memory(BTreeMap<i32, Vec<Record>>);
 
     impl Source for Memory {
         fn ranges(&self) -> Vec<(i32, i64, i64)> {
