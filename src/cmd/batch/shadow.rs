@@ -28,19 +28,19 @@ use super::show::{adjusted, load};
 use super::{fold_after, store, Ctx};
 use crate::cli::{BatchShadowArgs, OutputFormat};
 use crate::cmd::query::latest_partials;
-use crate::cmd::shadow::compare::{explained, Cause, Figures, Mismatch, FINANCE_FIELDS};
+use crate::cmd::shadow::compare::{explained, Cause, Compared, Mismatch, FINANCE_FIELDS};
 use crate::engine::output::headers;
 use crate::kafka::reader::read_topic;
 
 /// `(store, currency)`.
 type Key = (String, String);
 
-fn of_row(r: &FinanceRow) -> Figures {
-    Figures::finance(r.orders, r.events, r.gross, r.cancelled, r.refunded, r.net)
+fn of_row(r: &FinanceRow) -> Compared {
+    Compared::of_finance(&r.figures, r.net)
 }
 
-fn by_key<'a>(rows: impl IntoIterator<Item = &'a FinanceRow>) -> BTreeMap<Key, Figures> {
-    let mut out: BTreeMap<Key, Figures> = BTreeMap::new();
+fn by_key<'a>(rows: impl IntoIterator<Item = &'a FinanceRow>) -> BTreeMap<Key, Compared> {
+    let mut out: BTreeMap<Key, Compared> = BTreeMap::new();
     for r in rows {
         out.entry((r.store.clone(), r.currency.clone())).or_default().add(&of_row(r));
     }
@@ -49,10 +49,10 @@ fn by_key<'a>(rows: impl IntoIterator<Item = &'a FinanceRow>) -> BTreeMap<Key, F
 
 /// Batch against stream with the day's two causes (see the module doc).
 fn compare(
-    batch: &BTreeMap<Key, Figures>,
-    stream: &BTreeMap<Key, Figures>,
-    after_close: &BTreeMap<Key, Figures>,
-    late: &BTreeMap<Key, Figures>,
+    batch: &BTreeMap<Key, Compared>,
+    stream: &BTreeMap<Key, Compared>,
+    after_close: &BTreeMap<Key, Compared>,
+    late: &BTreeMap<Key, Compared>,
 ) -> Vec<Mismatch<Key>> {
     let causes = [
         Cause { name: "after_close", adds: true, what: "appended after the close's range", figures: after_close },
@@ -135,19 +135,27 @@ pub fn shadow(args: BatchShadowArgs) -> anyhow::Result<()> {
     };
 
     // Stream: dashboard partials of windows inside the day.
-    let mut stream: BTreeMap<Key, Figures> = BTreeMap::new();
+    let mut stream: BTreeMap<Key, Compared> = BTreeMap::new();
     for r in latest_partials(&ctx.settings, &ctx.topology.dashboard.topic)?.values() {
         let start = chrono::DateTime::parse_from_rfc3339(&r.window_start)
             .with_context(|| format!("dashboard window_start {}", r.window_start))?
             .timestamp_millis();
         if start >= start_ms && start < end_ms {
-            let f = Figures::finance(r.orders, r.version, r.gross, r.cancelled, r.refunded, r.net);
+            // The dashboard's `version` counts the events it applied: finance's `events`.
+            let f = Compared::finance(
+                r.figures.orders,
+                r.version,
+                r.figures.gross,
+                r.figures.cancelled,
+                r.figures.refunded,
+                r.net,
+            );
             stream.entry((r.store.clone(), r.currency.clone())).or_default().add(&f);
         }
     }
 
     // Late output: events of the day the stream did not aggregate (deduplicated by source).
-    let mut late: BTreeMap<Key, Figures> = BTreeMap::new();
+    let mut late: BTreeMap<Key, Compared> = BTreeMap::new();
     let mut seen = BTreeSet::new();
     for m in read_topic(&ctx.settings, &ctx.topology.late.topic)? {
         let header = |name: &str| {
@@ -225,11 +233,11 @@ mod tests {
     use super::*;
     use rust_decimal::Decimal;
 
-    fn fig(orders: u64, gross: i64) -> Figures {
-        Figures::finance(orders, orders, Decimal::from(gross), Decimal::ZERO, Decimal::ZERO, Decimal::from(gross))
+    fn fig(orders: u64, gross: i64) -> Compared {
+        Compared::finance(orders, orders, Decimal::from(gross), Decimal::ZERO, Decimal::ZERO, Decimal::from(gross))
     }
 
-    fn map(entries: &[(&str, Figures)]) -> BTreeMap<Key, Figures> {
+    fn map(entries: &[(&str, Compared)]) -> BTreeMap<Key, Compared> {
         entries.iter().map(|(s, f)| ((s.to_string(), "JPY".to_string()), f.clone())).collect()
     }
 

@@ -5,7 +5,7 @@
 //! - [`exact`]: two runs of the same tasks over the same records, only cut into different
 //!   commits (stream and micro-batch rows; the action path's outbox at two cadences), so
 //!   every final value must be byte-identical. Any difference is unexplained.
-//! - [`explained`]: batch [`Figures`] against the stream's, per key and field. The expected
+//! - [`explained`]: batch figures against the stream's ([`Compared`]), per key and field. The expected
 //!   differences are named [`Cause`]s measured from the log (events the stream sent to its
 //!   late output, events appended after a close): a difference is explained when
 //!   `stream = batch + Σ added − Σ removed` for that field.
@@ -14,18 +14,20 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rust_decimal::Decimal;
 use serde::Serialize;
+use tidemark_topology::figures::{Events, Figures, Units};
 
 /// Field names of finance figures (a day's close, provisional rows).
 pub const FINANCE_FIELDS: [&str; 6] = ["orders", "events", "gross", "cancelled", "refunded", "net"];
 /// Field names of dashboard figures (one window).
 pub const DASHBOARD_FIELDS: [&str; 7] = ["orders", "units", "gross", "cancelled", "refunded", "net", "version"];
 
-/// The numeric fields of one key, in the order of its field names; counts as decimals so
-/// every field compares alike. A missing field reads as zero.
+/// The compared fields of one key, in the order of its field names (a row's figures, its
+/// `net` and the dashboard's `version`); counts as decimals so every field compares alike.
+/// A missing field reads as zero.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Figures(Vec<Decimal>);
+pub struct Compared(Vec<Decimal>);
 
-impl Figures {
+impl Compared {
     /// In the order of [`FINANCE_FIELDS`].
     pub fn finance(
         orders: u64,
@@ -35,7 +37,17 @@ impl Figures {
         refunded: Decimal,
         net: Decimal,
     ) -> Self {
-        Figures(vec![orders.into(), events.into(), gross, cancelled, refunded, net])
+        Compared(vec![orders.into(), events.into(), gross, cancelled, refunded, net])
+    }
+
+    /// A finance row's or aggregate's figures with its `net`.
+    pub fn of_finance(f: &Figures<Events>, net: Decimal) -> Self {
+        Compared::finance(f.orders, f.events(), f.gross, f.cancelled, f.refunded, net)
+    }
+
+    /// A dashboard row's or aggregate's figures with its `net` and `version`.
+    pub fn of_dashboard(f: &Figures<Units>, net: Decimal, version: u64) -> Self {
+        Compared::dashboard(f.orders, f.units(), f.gross, f.cancelled, f.refunded, net, version)
     }
 
     /// In the order of [`DASHBOARD_FIELDS`].
@@ -49,14 +61,14 @@ impl Figures {
         net: Decimal,
         version: u64,
     ) -> Self {
-        Figures(vec![orders.into(), units.into(), gross, cancelled, refunded, net, version.into()])
+        Compared(vec![orders.into(), units.into(), gross, cancelled, refunded, net, version.into()])
     }
 
     pub fn get(&self, field: usize) -> Decimal {
         self.0.get(field).copied().unwrap_or_default()
     }
 
-    pub fn add(&mut self, other: &Figures) {
+    pub fn add(&mut self, other: &Compared) {
         if self.0.len() < other.0.len() {
             self.0.resize(other.0.len(), Decimal::ZERO);
         }
@@ -121,7 +133,7 @@ pub struct Cause<'a, K> {
     pub adds: bool,
     /// What it is, after the amount in a reason.
     pub what: &'static str,
-    pub figures: &'a BTreeMap<K, Figures>,
+    pub figures: &'a BTreeMap<K, Compared>,
 }
 
 /// Batch (`left`) against stream (`right`) figures, field by field; a difference is
@@ -129,11 +141,11 @@ pub struct Cause<'a, K> {
 pub fn explained<K: Ord + Clone>(
     comparison: &'static str,
     fields: &[&'static str],
-    batch: &BTreeMap<K, Figures>,
-    stream: &BTreeMap<K, Figures>,
+    batch: &BTreeMap<K, Compared>,
+    stream: &BTreeMap<K, Compared>,
     causes: &[Cause<'_, K>],
 ) -> Vec<Mismatch<K>> {
-    let zero = Figures::default();
+    let zero = Compared::default();
     let keys: BTreeSet<&K> =
         batch.keys().chain(stream.keys()).chain(causes.iter().flat_map(|c| c.figures.keys())).collect();
     let mut out = Vec::new();
@@ -200,19 +212,19 @@ impl Revisions {
 mod tests {
     use super::*;
 
-    fn fin(orders: u64, gross: i64) -> Figures {
-        Figures::finance(orders, orders, gross.into(), Decimal::ZERO, Decimal::ZERO, gross.into())
+    fn fin(orders: u64, gross: i64) -> Compared {
+        Compared::finance(orders, orders, gross.into(), Decimal::ZERO, Decimal::ZERO, gross.into())
     }
 
     fn map<T: Clone>(entries: &[(&str, T)]) -> BTreeMap<String, T> {
         entries.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
     }
 
-    fn late<'a>(figures: &'a BTreeMap<String, Figures>) -> Cause<'a, String> {
+    fn late<'a>(figures: &'a BTreeMap<String, Compared>) -> Cause<'a, String> {
         Cause { name: "late_output", adds: false, what: "beyond the stream's window retention", figures }
     }
 
-    fn after_close<'a>(figures: &'a BTreeMap<String, Figures>) -> Cause<'a, String> {
+    fn after_close<'a>(figures: &'a BTreeMap<String, Compared>) -> Cause<'a, String> {
         Cause { name: "after_close", adds: true, what: "appended after the close's range", figures }
     }
 

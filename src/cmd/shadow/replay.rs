@@ -21,7 +21,7 @@ use tidemark_topology::finance::{contribution, FinanceAgg};
 use tidemark_topology::normalize::normalize_order_with;
 use tidemark_topology::provisional::ProvisionalRecord;
 
-use super::compare::Figures;
+use super::compare::Compared;
 use crate::cmd::batch::dedup::DiskDedup;
 use crate::engine::output::headers;
 use crate::engine::slice::SliceRunner;
@@ -147,8 +147,8 @@ pub fn microbatch(src: &dyn Source, cfg: &TaskConfig, slices: usize, chunk: usiz
 /// `window_start|store|currency` (partitions summed).
 #[derive(Default)]
 pub struct BatchFigures {
-    pub finance: BTreeMap<String, Figures>,
-    pub dashboard: BTreeMap<String, Figures>,
+    pub finance: BTreeMap<String, Compared>,
+    pub dashboard: BTreeMap<String, Compared>,
     pub applied: u64,
     pub duplicates: u64,
     pub dead_letters: u64,
@@ -198,35 +198,35 @@ fn dashboard_key(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<String> {
     Some(format!("{}|{}|{}", dashboard::rfc3339_ms(k.window_start_ms), k.store, k.currency.code()))
 }
 
-fn finance_figures(a: &FinanceAgg) -> Figures {
-    Figures::finance(a.orders, a.events, a.gross, a.cancelled, a.refunded, a.net())
+fn finance_figures(a: &FinanceAgg) -> Compared {
+    Compared::of_finance(a, a.net())
 }
 
-fn dash_figures(a: &DashAgg) -> Figures {
-    Figures::dashboard(a.orders, a.units, a.gross, a.cancelled, a.refunded, a.net(), a.version)
+fn dash_figures(a: &DashAgg) -> Compared {
+    Compared::of_dashboard(&a.figures, a.figures.net(), a.version)
 }
 
 /// The stream's published rows summed over source partitions, in the batch's keys.
-pub fn summed(p: &Published) -> anyhow::Result<(BTreeMap<String, Figures>, BTreeMap<String, Figures>)> {
-    let mut finance: BTreeMap<String, Figures> = BTreeMap::new();
+pub fn summed(p: &Published) -> anyhow::Result<(BTreeMap<String, Compared>, BTreeMap<String, Compared>)> {
+    let mut finance: BTreeMap<String, Compared> = BTreeMap::new();
     for v in p.finance.last.values() {
         let r: ProvisionalRecord = serde_json::from_slice(v)?;
-        let f = Figures::finance(r.orders, r.events, r.gross, r.cancelled, r.refunded, r.net);
+        let f = Compared::of_finance(&r.figures, r.net);
         finance.entry(format!("{}|{}|{}", r.day, r.store, r.currency)).or_default().add(&f);
     }
-    let mut dash: BTreeMap<String, Figures> = BTreeMap::new();
+    let mut dash: BTreeMap<String, Compared> = BTreeMap::new();
     for v in p.dashboard.last.values() {
         let r: DashboardRecord = serde_json::from_slice(v)?;
-        let f = Figures::dashboard(r.orders, r.units, r.gross, r.cancelled, r.refunded, r.net, r.version);
+        let f = Compared::of_dashboard(&r.figures, r.net, r.version);
         dash.entry(format!("{}|{}|{}", r.window_start, r.store, r.currency)).or_default().add(&f);
     }
     Ok((finance, dash))
 }
 
 /// What the late output holds, per finance and dashboard key.
-pub fn late_contributions(p: &Published, cfg: &TaskConfig) -> (BTreeMap<String, Figures>, BTreeMap<String, Figures>) {
-    let mut finance: BTreeMap<String, Figures> = BTreeMap::new();
-    let mut dash: BTreeMap<String, Figures> = BTreeMap::new();
+pub fn late_contributions(p: &Published, cfg: &TaskConfig) -> (BTreeMap<String, Compared>, BTreeMap<String, Compared>) {
+    let mut finance: BTreeMap<String, Compared> = BTreeMap::new();
+    let mut dash: BTreeMap<String, Compared> = BTreeMap::new();
     for (value, append_ms) in &p.late {
         let Ok(event) = normalize_order_with(Some(value), *append_ms, cfg.limits) else { continue };
         if let Some((k, a)) = finance_contribution(&event, cfg) {
