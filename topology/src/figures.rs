@@ -5,7 +5,8 @@
 //!   order and its lines to `gross`, a cancelled event its lines to `cancelled`, a refund
 //!   its amount to `refunded`; shipped events carry no money and add nothing. The second
 //!   count is the type parameter's rule ([`Units`], [`Events`]), so dashboard and finance
-//!   figures cannot be added to each other.
+//!   figures cannot be added to each other. A change here that changes a result must bump
+//!   [`crate::finance::DEFINITION_VERSION`], as one in `finance` must.
 //! - `net = gross − cancelled − refunded` is derived, never stored in an aggregate.
 //! - Aggregates persist `Figures` with bincode: the fields in the order above, amounts as
 //!   decimal strings, the same bytes as when each aggregate declared them itself.

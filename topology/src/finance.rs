@@ -6,7 +6,8 @@
 //!   its own day, not on the day of the order it concerns.
 //! - `gross` sums the lines of placed events, `cancelled` the lines of cancelled events,
 //!   `refunded` the refund amounts; `net = gross − cancelled − refunded`; `orders` counts
-//!   placed events. Shipped events carry no money and touch no row.
+//!   placed events. Shipped events carry no money and touch no row. What one event adds is
+//!   [`Figures::apply`], shared with the stream's dashboard and provisional rows.
 //! - Money is exact `Decimal` at the currency's scale ([`Currency::canonical`]); amounts in
 //!   different currencies are never added.
 //! - Records are normalised by [`crate::normalize::normalize_order_with`], the layer every mode shares, and
