@@ -166,6 +166,53 @@ fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page
     child.finish();
 }
 
+/// Under `--replicas` no rebalance ever happens, so `tidemark_rebalances_total` cannot show
+/// an owner missing; `tidemark_partition_owned` does: each pod reports exactly the partitions
+/// of its ordinal (p % 2 == k) of every source, and the two pages together cover
+/// `tidemark_input_partitions`, which is what `TidemarkPartitionUnowned` compares.
+#[test]
+fn static_pods_report_the_partitions_of_their_ordinal_though_no_rebalance_is_counted() {
+    let orders = unique("owned");
+    let t = topology(&orders, &unique("run-owned"));
+    create_topics(&t);
+    let state = tempfile::tempdir().expect("tmp");
+    let group = unique("g");
+    let ports = [free_port(), free_port()];
+    let mut pods: Vec<Guard> = (0..2)
+        .map(|k| {
+            let child = member_command(&t, &state.path().join(format!("pod-{k}")), &group, &format!("{group}-{k}"))
+                .args(["--replicas", "2"])
+                .env("TIDEMARK_HTTP_ADDR", format!("127.0.0.1:{}", ports[k]))
+                .spawn()
+                .expect("spawn");
+            scopeguard(child)
+        })
+        .collect();
+    for (k, port) in ports.iter().enumerate() {
+        let page = wait_for(Duration::from_secs(60), "partitions owned", || {
+            let page = http("GET", *port, "/metrics")?.1;
+            (metric(&page, "tidemark_partition_owned").len() == 8).then_some(page)
+        });
+        for source in ["orders", "inventory", "sku-repartition", "combine-repartition"] {
+            let label = format!("source=\"{source}\"");
+            let count = metric(&page, "tidemark_input_partitions").into_iter().find(|(l, _)| l.contains(&label));
+            assert_eq!(count.map(|(_, v)| v), Some(4.0), "{source} has 4 partitions");
+            let mut mine: Vec<String> = metric(&page, "tidemark_partition_owned")
+                .into_iter()
+                .filter(|(l, v)| l.contains(&label) && *v == 1.0)
+                .map(|(l, _)| l)
+                .collect();
+            mine.sort();
+            let want: Vec<String> = [k, k + 2].iter().map(|p| format!("{label},partition=\"{p}\"")).collect();
+            assert_eq!(mine, want, "pod {k} owns the {source} partitions of its ordinal");
+        }
+        assert_eq!(metric(&page, "tidemark_rebalances_total"), [(String::new(), 0.0)], "no rebalance under --replicas");
+    }
+    for pod in &mut pods {
+        pod.finish();
+    }
+}
+
 /// Names listed in helm/metric-names.txt (those `which` selects) absent from a metrics page.
 fn missing_names(page: &str, which: impl Fn(&str) -> bool) -> Vec<String> {
     let names = std::fs::read_to_string(common::repo_path("helm/metric-names.txt")).expect("names");
