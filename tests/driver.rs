@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use tidemark::engine::derive::Derived;
 use tidemark::engine::outbox::RowState;
 use tidemark::engine::{Sink, Stats};
 use tidemark::testkit::driver::{Partitions, TopologyDriver};
@@ -86,6 +87,11 @@ fn outbox(d: &TopologyDriver) -> BTreeMap<String, (Vec<u8>, RowState)> {
 
 fn json(bytes: &[u8]) -> serde_json::Value {
     serde_json::from_slice(bytes).expect("json")
+}
+
+/// A record of the internal SKU repartition topic.
+fn decode(bytes: &[u8]) -> Derived {
+    Derived::decode(bytes).expect("repartition record")
 }
 
 #[test]
@@ -286,8 +292,9 @@ fn an_event_seen_in_an_earlier_commit_or_before_a_restart_is_applied_once() {
     let e1 = order("e1", "o1", "ORDER_PLACED", T0, "SKU-A", 2);
     d.pipe_order(0, Some(b"o1"), &e1);
     d.run_until_quiet().expect("run");
-    let lines =
-        |d: &TopologyDriver| d.log(PartitionId::sku(0)).iter().filter(|r| r.value.starts_with(b"{\"line\"")).count();
+    let lines = |d: &TopologyDriver| {
+        d.log(PartitionId::sku(0)).iter().filter(|r| matches!(decode(&r.value), Derived::Line { .. })).count()
+    };
     assert_eq!((d.dashboard().len(), lines(&d)), (1, 1));
 
     d.advance(1_000);
@@ -314,11 +321,15 @@ fn a_sku_task_holds_lines_until_every_upstream_has_promised_past_them() {
     d.advance(60_000);
     d.run_until_quiet().expect("run");
     assert_eq!(d.buffered(0), 1, "orders[1] and inventory[0] have not promised anything");
-    let marks: Vec<serde_json::Value> =
-        d.log(PartitionId::sku(0)).iter().map(|r| json(&r.value)).filter(|v| v.get("mark").is_some()).collect();
-    let silent = marks.iter().filter(|m| m["mark"]["upstream"] != serde_json::json!([0, 0]));
+    let marks: Vec<Derived> = d
+        .log(PartitionId::sku(0))
+        .iter()
+        .map(|r| decode(&r.value))
+        .filter(|v| matches!(v, Derived::Mark { .. }))
+        .collect();
+    let silent = marks.iter().filter(|m| !matches!(m, Derived::Mark { upstream: (0, 0), .. }));
     assert!(
-        silent.into_iter().all(|m| m["mark"]["bound"][0].as_i64() < Some(T0)),
+        silent.into_iter().all(|m| matches!(m, Derived::Mark { bound, .. } if bound.append_ms < T0)),
         "the stalled upstreams promised nothing past their empty logs: {marks:?}"
     );
 

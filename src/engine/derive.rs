@@ -1,7 +1,8 @@
 //! Records on the internal SKU repartition topic, and how SKUs map to its partitions.
 //!
 //! Upstream tasks (one per `orders` and per `inventory` partition) write three kinds of
-//! record, JSON-encoded, to explicit partitions:
+//! record, in the versioned binary codec of the state store (`tidemark_state::codec`: a
+//! version byte, then bincode), to explicit partitions:
 //! - `line`: one order line of an applied placed/cancelled event;
 //! - `snapshot`: one stock snapshot;
 //! - `mark`: a progress promise, sent to every partition: "every record I write from now on
@@ -11,13 +12,18 @@
 //! times in that partition, so they never go backwards even if the broker clock does; the
 //! downstream merge can then trust per-upstream order. Each record's `(upstream, offset,
 //! index)` identifies it, so replays after a crash are recognised and skipped downstream.
+//!
+//! Versions before the codec wrote JSON (`{"line":{...}}`, and before that `{"k":"line",...}`);
+//! such records, still in the topic or a merge buffer after an upgrade, decode too: a JSON
+//! object starts with `{`, a codec value with [`codec::VERSION`].
 
 use serde::{Deserialize, Serialize};
+use tidemark_state::{codec, StateError};
 use tidemark_topology::logical::LogicalTime;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-// Externally tagged (`{"line":{...}}`): serde_json then decodes without buffering the
-// record, which an internally tagged enum must do.
+// Externally tagged: the codec (bincode) cannot write an internally tagged enum, and the JSON
+// of the previous version (`{"line":{...}}`) decodes through this same derive.
 #[serde(rename_all = "snake_case")]
 pub enum Derived {
     Line {
@@ -44,7 +50,7 @@ pub enum Derived {
     },
 }
 
-/// The first encoding: internally tagged by `k`.
+/// The first JSON encoding: internally tagged by `k`.
 struct Legacy(Derived);
 
 impl<'de> Deserialize<'de> for Legacy {
@@ -69,16 +75,21 @@ impl<'de> Deserialize<'de> for Legacy {
 }
 
 impl Derived {
+    /// The versioned codec encoding. Plain data with no maps or unsized sequences: bincode
+    /// cannot fail on it (`every_kind_of_record_encodes` checks each variant), so no error.
     pub fn encode(&self) -> Vec<u8> {
-        // Plain data with no maps keyed by non-strings: serialisation cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+        codec::encode(self).unwrap_or_default()
     }
 
-    /// Decodes a record; records written before the encoding became externally tagged
-    /// (`{"k":"line",...}`, still in a repartition topic or a merge buffer after an
-    /// upgrade) decode too.
-    pub fn decode(bytes: &[u8]) -> Result<Derived, serde_json::Error> {
-        serde_json::from_slice(bytes).or_else(|e| serde_json::from_slice::<Legacy>(bytes).map(|l| l.0).map_err(|_| e))
+    /// Decodes a record of any version: the codec, or the JSON that earlier versions wrote
+    /// (externally tagged `{"line":{...}}`, or the first, internally tagged `{"k":"line",...}`).
+    /// A codec record of another version is [`StateError::Version`].
+    pub fn decode(bytes: &[u8]) -> Result<Derived, StateError> {
+        if bytes.first() == Some(&b'{') {
+            return decode_json(bytes)
+                .map_err(|e| StateError::Decode { what: "repartition record (JSON)", detail: e.to_string() });
+        }
+        codec::decode("repartition record", bytes)
     }
 
     /// The position of a data record within its upstream's sequence.
@@ -89,6 +100,13 @@ impl Derived {
             Derived::Mark { .. } => None,
         }
     }
+}
+
+// A JSON object starts with `{`, never the version byte: that is how the two are told apart.
+const _: () = assert!(codec::VERSION != b'{', "the version byte must tell codec values from JSON");
+
+fn decode_json(bytes: &[u8]) -> Result<Derived, serde_json::Error> {
+    serde_json::from_slice(bytes).or_else(|e| serde_json::from_slice::<Legacy>(bytes).map(|l| l.0).map_err(|_| e))
 }
 
 /// The repartition partition that owns a SKU: FNV-1a 64 of its UTF-8 bytes, modulo the
@@ -133,13 +151,42 @@ mod tests {
         }
     }
 
+    fn snapshot() -> Derived {
+        Derived::Snapshot {
+            lt: LogicalTime::new(-1, 1, 3, 0),
+            sku: "S-é".into(),
+            on_hand: -4,
+            as_of_ms: 6,
+            append_ms: 7,
+        }
+    }
+
+    fn mark() -> Derived {
+        Derived::Mark { upstream: (1, 0), bound: LogicalTime::new(7, 1, 0, 3) }
+    }
+
     #[test]
-    fn derived_records_round_trip() {
-        let d = line();
-        assert_eq!(Derived::decode(&d.encode()).expect("decode"), d);
-        let m = Derived::Mark { upstream: (1, 0), bound: LogicalTime::new(7, 1, 0, 3) };
-        assert_eq!(Derived::decode(&m.encode()).expect("decode"), m);
-        assert_eq!(String::from_utf8(m.encode()).expect("utf8"), r#"{"mark":{"upstream":[1,0],"bound":[7,1,0,3]}}"#);
+    fn every_kind_of_record_round_trips_through_the_versioned_codec() {
+        for d in [line(), snapshot(), mark()] {
+            let bytes = d.encode();
+            assert_eq!(bytes.first(), Some(&codec::VERSION), "{d:?} is a codec value");
+            assert_eq!(Derived::decode(&bytes).expect("decode"), d);
+        }
+        // Pinned: records already in a repartition topic must keep decoding after a change.
+        // Version 1, variant 2 (mark), upstream (1, 0), bound (7, 1, 0, 3), zigzag varints.
+        assert_eq!(mark().encode(), [1, 2, 1, 0, 14, 1, 0, 6]);
+    }
+
+    #[test]
+    fn records_of_the_json_encoding_before_the_codec_still_decode() {
+        let line_json =
+            br#"{"line":{"lt":[5,0,1,9],"idx":2,"sku":"S","placed":true,"qty":3,"event_ms":4,"append_ms":5}}"#;
+        assert_eq!(Derived::decode(line_json).expect("JSON line decodes"), line());
+        let mark_json = br#"{"mark":{"upstream":[1,0],"bound":[7,1,0,3]}}"#;
+        assert_eq!(Derived::decode(mark_json).expect("JSON mark decodes"), mark());
+        let snapshot_json =
+            r#"{"snapshot":{"lt":[-1,1,3,0],"sku":"S-é","on_hand":-4,"as_of_ms":6,"append_ms":7}}"#.as_bytes();
+        assert_eq!(Derived::decode(snapshot_json).expect("JSON snapshot decodes"), snapshot());
     }
 
     #[test]
@@ -147,5 +194,21 @@ mod tests {
         let old = br#"{"k":"line","lt":[5,0,1,9],"idx":2,"sku":"S","placed":true,"qty":3,"event_ms":4,"append_ms":5}"#;
         assert_eq!(Derived::decode(old).expect("legacy decodes"), line());
         assert!(Derived::decode(b"{\"k\":\"other\"}").is_err());
+    }
+
+    #[test]
+    fn a_record_of_an_unknown_version_or_cut_short_is_an_error_not_a_panic() {
+        let mut newer = line().encode();
+        newer[0] = 99;
+        assert!(
+            matches!(Derived::decode(&newer), Err(StateError::Version { found: 99, .. })),
+            "{:?}",
+            Derived::decode(&newer)
+        );
+        let bytes = line().encode();
+        for cut in 0..bytes.len() {
+            assert!(Derived::decode(&bytes[..cut]).is_err(), "{cut} of {} bytes", bytes.len());
+        }
+        assert!(matches!(Derived::decode(b"{\"line\":"), Err(StateError::Decode { .. })));
     }
 }

@@ -112,7 +112,9 @@ impl SkuTask {
         let mut buffer = BTreeMap::new();
         for (k, v) in store.load_aggregates(id, Namespace::MergeBuffer)? {
             let key: BufferKey = codec::decode("merge buffer key", &k)?;
-            buffer.insert(key, Buffered { derived: decode_buffered(&v)?, offset: None });
+            // The versioned codec, or the JSON that versions before it wrote: rows buffered
+            // before an upgrade are kept (see `Derived::decode`).
+            buffer.insert(key, Buffered { derived: Derived::decode(&v)?, offset: None });
         }
         Ok(SkuTask {
             id,
@@ -358,19 +360,6 @@ impl SkuTask {
     }
 }
 
-/// A merge-buffer value: the versioned codec, or the JSON of [`Derived::encode`] that
-/// versions before the codec wrote (a JSON object starts with `{`, never the version byte),
-/// so records buffered before an upgrade are kept.
-const _: () = assert!(codec::VERSION != b'{', "the version byte must tell codec values from JSON");
-
-fn decode_buffered(v: &[u8]) -> Result<Derived, StateError> {
-    if v.first() == Some(&b'{') {
-        return Derived::decode(v)
-            .map_err(|e| StateError::Decode { what: "merge buffer record (JSON)", detail: e.to_string() });
-    }
-    codec::decode("merge buffer record", v)
-}
-
 /// `[sku length u16 BE][sku][event time ms, sign bit flipped, BE]`: one SKU's rows are
 /// contiguous and in time order.
 fn line_key(sku: &str, t: i64) -> Vec<u8> {
@@ -524,15 +513,16 @@ mod tests {
         let (store, stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
         // What an earlier version left in the merge buffer: the repartition JSON, in both of
         // its encodings (externally tagged, and the first one tagged by `k`).
-        let tagged = Derived::decode(&line((0, 0), 1_000, 0))
-            .map_err(|e| StateError::Decode { what: "t", detail: e.to_string() })?;
+        let tagged_json =
+            br#"{"line":{"lt":[1000,0,0,0],"idx":0,"sku":"SKU-1","placed":true,"qty":1,"event_ms":1000,"append_ms":1000}}"#;
+        let tagged = Derived::decode(tagged_json)?;
         let first = br#"{"k":"line","lt":[1500,0,1,0],"idx":0,"sku":"SKU-1","placed":true,"qty":1,"event_ms":1500,"append_ms":1500}"#;
         let mut batch = store.batch();
         let lt = |d: &Derived| match d {
             Derived::Line { lt, .. } => *lt,
             _ => unreachable!("a line"),
         };
-        batch.put_aggregate(id, Namespace::MergeBuffer, &codec::encode(&(lt(&tagged), 0u32))?, &tagged.encode());
+        batch.put_aggregate(id, Namespace::MergeBuffer, &codec::encode(&(lt(&tagged), 0u32))?, tagged_json);
         batch.put_aggregate(
             id,
             Namespace::MergeBuffer,
@@ -540,8 +530,7 @@ mod tests {
             first,
         );
         // And what the version before this one wrote: the versioned codec.
-        let coded = Derived::decode(&line((0, 0), 1_700, 1))
-            .map_err(|e| StateError::Decode { what: "t", detail: e.to_string() })?;
+        let coded = Derived::decode(&line((0, 0), 1_700, 1))?;
         batch.put_aggregate(id, Namespace::MergeBuffer, &codec::encode(&(lt(&coded), 0u32))?, &codec::encode(&coded)?);
         store.commit(batch)?;
 

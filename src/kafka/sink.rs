@@ -177,12 +177,16 @@ impl OutputSink {
                 self.send_side(resend);
                 continue;
             }
-            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
-            for (k, v) in &r.headers {
-                headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(self.topic(r.sink)).payload(&r.value[..]);
+            // Only side outputs carry headers: no header list for the rest (librdkafka
+            // allocates one even when it stays empty; the record on the wire is the same).
+            if !r.headers.is_empty() {
+                let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+                for (k, v) in &r.headers {
+                    headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+                }
+                record = record.headers(headers);
             }
-            let mut record: BaseRecord<'_, [u8], [u8]> =
-                BaseRecord::to(self.topic(r.sink)).payload(&r.value[..]).headers(headers);
             if let Some(k) = &r.key {
                 record = record.key(&k[..]);
             }
