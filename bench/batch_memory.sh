@@ -10,7 +10,10 @@
 #   NAME (result file bench/results/$NAME.json, default batch_memory), BENCH_REV,
 #   KEEP_TOPIC=1 (leave the generated topics on the broker and print their tag),
 #   REUSE_TAG=TAG (close the topics a KEEP_TOPIC=1 run left, without generating: two
-#   revisions compared on the very same input; deleted at the end unless KEEP_TOPIC=1).
+#   revisions compared on the very same input; deleted at the end unless KEEP_TOPIC=1),
+#   MODE=shadow (measure `tidemark shadow --range end` over the same log instead of the
+#   close; SHADOW_ARGS adds flags, e.g. `--actions-max-records 0`; the checksum is then the
+#   sha256 of its JSON report).
 # Every 5 s the close's RSS, its scratch dedup store's size and the records read are sampled
 # (bench/results/raw/$NAME-samples.txt.gz) and plotted (bench/results/$NAME.png).
 set -euo pipefail
@@ -68,8 +71,15 @@ ENDS="$(java -Xmx256m -cp "$KAFKA_HOME/libs/*" -Dlog4j2.level=error org.apache.k
 FROM="$(echo "$ENDS" | sed -E 's/:[0-9]+/:0/g')"
 echo "batch_memory: closing 2026-11-28 over $FROM .. $ENDS" >&2
 
-/usr/bin/time -v -o "$WORK/time.txt" "$BIN" batch close --bootstrap "$BOOT" --topology "$WORK/t.toml" \
-  --business-day 2026-11-28 --from "$FROM" --to "$ENDS" > "$WORK/manifest.json" 2> "$WORK/close.log" &
+MODE="${MODE:-close}"
+if [ "$MODE" = shadow ]; then
+  # shellcheck disable=SC2086 # SHADOW_ARGS is a list of flags
+  /usr/bin/time -v -o "$WORK/time.txt" "$BIN" shadow --bootstrap "$BOOT" --topology "$WORK/t.toml" \
+    --range "$ENDS" --from "$FROM" --json "$WORK/shadow.json" ${SHADOW_ARGS:-} > "$WORK/shadow.txt" 2> "$WORK/close.log" &
+else
+  /usr/bin/time -v -o "$WORK/time.txt" "$BIN" batch close --bootstrap "$BOOT" --topology "$WORK/t.toml" \
+    --business-day 2026-11-28 --from "$FROM" --to "$ENDS" > "$WORK/manifest.json" 2> "$WORK/close.log" &
+fi
 TIMED=$!
 # The close itself is the child of /usr/bin/time.
 CLOSE=""
@@ -85,6 +95,22 @@ while [ -n "$CLOSE" ] && kill -0 "$CLOSE" 2>/dev/null; do
   sleep 5
 done
 wait "$TIMED" || { tail -20 "$WORK/close.log" >&2; exit 1; }
+if [ "$MODE" = shadow ]; then
+  # The shadow's figures in the close manifest's shape, so one summary reads both.
+  python3 - "$WORK/shadow.json" "${SHADOW_ARGS:-}" <<'PY' > "$WORK/manifest.json"
+import hashlib, json, sys
+raw = open(sys.argv[1], "rb").read()
+r = json.loads(raw)
+print(json.dumps({
+    "command": "tidemark shadow --range <end offsets> --from <0 per partition> " + sys.argv[2],
+    "accounting": {"records": r["records"], "applied": r["batch"]["applied"], "duplicates": r["batch"]["duplicates"]},
+    "checksum": "sha256:" + hashlib.sha256(raw).hexdigest(),
+    "shadow": {"unexplained": r["unexplained"], "actions_compared": r["actions"]["compared"],
+               "comparisons": [[c["name"], c["keys"], c["mismatches"]] for c in r["comparisons"]]},
+}))
+PY
+  cat "$WORK/shadow.txt" >&2
+fi
 
 python3 - "$WORK/time.txt" "$WORK/manifest.json" "$REV" "$N" "$EVENT_BYTES" <<'PY' > "bench/results/${NAME:-batch_memory}.json"
 import json, re, sys
@@ -100,7 +126,7 @@ m = json.loads(open(manifest).read().strip().splitlines()[-1])
 records = m["accounting"]["records"]
 print(json.dumps({
     "git_rev": rev,
-    "command": "tidemark batch close --business-day 2026-11-28 over the whole generated log",
+    "command": m.get("command", "tidemark batch close --business-day 2026-11-28 over the whole generated log"),
     "events_generated": int(n),
     "event_bytes": int(event_bytes),
     "records_read": records,
@@ -112,6 +138,7 @@ print(json.dumps({
     "events_per_s": round(records / wall_s) if wall_s else None,
     "target_max_rss_mib": 1024,
     "checksum": m["checksum"],
+    **({"shadow": m["shadow"]} if "shadow" in m else {}),
     "loadavg_1m": float(open("/proc/loadavg").read().split()[0]),
 }, indent=2))
 PY

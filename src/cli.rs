@@ -122,6 +122,11 @@ pub struct ShadowArgs {
     /// The micro-batch replay cuts each partition's range into this many slices.
     #[arg(long, default_value_t = 4)]
     pub slices: usize,
+    /// Compare the action path only when the orders range plus the inventory log hold at most
+    /// this many records: its replay holds them in memory (docs/modes.md). Above it the
+    /// report says `actions.compared: false` and why; 0 never compares actions.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub actions_max_records: u64,
     /// Write the JSON report here (the human report goes to stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -270,6 +270,7 @@ fn shadow_replay_finds_no_unexplained_mismatch_and_explains_events_beyond_retent
     }
     assert_eq!(comparisons[4]["name"], "actions per idempotency key: stream vs batch");
     let actions = &r["actions"];
+    assert_eq!(actions["compared"], true, "{actions}");
     assert!(count(&actions["stream"], "turns") > count(&actions["batch"], "turns"), "{actions}");
     assert_eq!(count(&actions["stream"], "actions"), count(&comparisons[4], "keys"), "{actions}");
     assert_eq!(count(&actions["stream"], "buffered") + count(&actions["batch"], "buffered"), 0, "{actions}");
@@ -287,6 +288,34 @@ fn shadow_replay_finds_no_unexplained_mismatch_and_explains_events_beyond_retent
     let rev = &r["revisions_dashboard"];
     assert!(count(rev, "microbatch") < count(rev, "stream"), "{rev}");
     assert!(count(rev, "max_per_key_microbatch") <= 5, "{rev}");
+}
+
+#[test]
+fn shadow_over_a_range_too_large_for_the_action_replay_says_the_actions_were_not_compared() {
+    let orders = unique("modes-shadow-bound");
+    let t = topology(&orders, &unique("run-modes-shadow-bound"));
+    create_topics(&t);
+    generate(&orders, &["--events", "2000", "--rate", "5", "--event-bytes", "256", "--seed", "43"]);
+    let dir = tempfile::tempdir().expect("tmp");
+    let json = dir.path().join("shadow.json");
+    let out = tidemark(
+        &["shadow", "--range", "end", "--actions-max-records", "1999", "--json", json.to_str().expect("utf8")],
+        &t,
+        &[],
+    );
+    let stdout = ok(out, "shadow");
+    assert!(stdout.contains("actions:     NOT COMPARED: the orders range and the inventory log hold"), "{stdout}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&json).expect("report file")).expect("report JSON");
+    let actions = &r["actions"];
+    assert_eq!(actions["compared"], false, "{actions}");
+    let why = actions["not_compared"].as_str().expect("a reason");
+    assert!(why.contains("more than --actions-max-records 1999"), "{why}");
+    assert!(actions.get("stream").is_none() && actions.get("batch").is_none(), "{actions}");
+    // The four other comparisons still run; none of them is about actions.
+    let comparisons = r["comparisons"].as_array().expect("comparisons");
+    assert_eq!(comparisons.len(), 4, "{comparisons:?}");
+    assert!(comparisons.iter().all(|c| !c["name"].as_str().unwrap_or("").starts_with("actions")));
+    assert_eq!(r["unexplained"], 0);
 }
 
 /// A count in a report: a missing or non-numeric field fails the test instead of comparing

@@ -12,6 +12,9 @@
 //! 4. dashboard per window/store/currency, batch vs stream — likewise;
 //! 5. actions per idempotency key, stream vs batch cadence — key set and payload bytes
 //!    identical expected.
+//!    Only when the range and the inventory log hold at most `--actions-max-records`
+//!    records (the driver holds them in memory); otherwise the report says it was not
+//!    compared and why.
 //!
 //! Revision counts (how often each mode published a row) are reported, not compared: the
 //! micro-batch replaces a row once per slice, the stream once per commit.
@@ -69,8 +72,15 @@ struct ActionSummary {
 struct ActionsSummary {
     /// The inventory records replayed with the orders (the whole inventory log at start).
     inventory_input: Input,
-    stream: ActionSummary,
-    batch: ActionSummary,
+    /// False when the range was too large to replay the action path in memory.
+    compared: bool,
+    /// Why the action path was not compared (`--actions-max-records`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_compared: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<ActionSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch: Option<ActionSummary>,
 }
 
 #[derive(Serialize)]
@@ -157,20 +167,34 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
     let high: Offsets = inventory_log.watermarks().iter().map(|(p, (_, high))| (*p, *high)).collect();
     let inventory_input = Input::new(inventory_log.topic(), &low, &high);
     let inventory = LogSource { log: &inventory_log, input: &inventory_input };
-    eprintln!(
-        "shadow: action path, stream cadence (at most {} records per partition a turn)",
-        args.stream_commit_records
-    );
-    let stream_actions =
-        actions::replay(&source, &inventory, &topology, Cadence::EveryRecords(args.stream_commit_records))?;
-    eprintln!("shadow: action path, batch cadence (the whole range in the first turn)");
-    let batch_actions = actions::replay(&source, &inventory, &topology, Cadence::Whole)?;
+    // The driver holds every record of both logs and every output in memory: a range that
+    // would not fit is reported as not compared, never silently skipped.
+    let action_records = records + inventory_input.span();
+    let (action_runs, not_compared) = if action_records <= args.actions_max_records {
+        eprintln!(
+            "shadow: action path, stream cadence (at most {} records per partition a turn)",
+            args.stream_commit_records
+        );
+        let stream_actions =
+            actions::replay(&source, &inventory, &topology, Cadence::EveryRecords(args.stream_commit_records))?;
+        eprintln!("shadow: action path, batch cadence (the whole range in the first turn)");
+        let batch_actions = actions::replay(&source, &inventory, &topology, Cadence::Whole)?;
+        (Some((stream_actions, batch_actions)), None)
+    } else {
+        let why = format!(
+            "the orders range and the inventory log hold {action_records} records, more than \
+             --actions-max-records {}: the action replay holds every record in memory",
+            args.actions_max_records
+        );
+        eprintln!("shadow: action path NOT compared: {why}");
+        (None, Some(why))
+    };
 
     let (stream_fin, stream_dash) = replay::summed(&stream)?;
     let (late_fin, late_dash) = replay::late_contributions(&stream, &cfg);
     let late =
         |figures| Cause { name: "late_output", adds: false, what: "beyond the stream's window retention", figures };
-    let groups: [(&'static str, usize, Vec<Mismatch>); 5] = [
+    let mut groups: Vec<(&'static str, usize, Vec<Mismatch>)> = vec![
         (
             "dashboard rows: stream vs micro-batch",
             stream.dashboard.last.len(),
@@ -191,12 +215,14 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
             batch.dashboard.len().max(stream_dash.len()),
             explained("dashboard batch/stream", &DASHBOARD_FIELDS, &batch.dashboard, &stream_dash, &[late(&late_dash)]),
         ),
-        (
+    ];
+    if let Some((stream_actions, batch_actions)) = &action_runs {
+        groups.push((
             "actions per idempotency key: stream vs batch",
             stream_actions.payloads.len().max(batch_actions.payloads.len()),
             exact("actions stream/batch", "payload", &stream_actions.payloads, &batch_actions.payloads),
-        ),
-    ];
+        ));
+    }
     let mut comparisons = Vec::new();
     let mut mismatches = Vec::new();
     for (name, keys, found) in groups {
@@ -231,8 +257,10 @@ pub fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
             dashboard_keys: batch.dashboard.len(),
         },
         actions: ActionsSummary {
-            stream: action_summary(&stream_actions),
-            batch: action_summary(&batch_actions),
+            compared: action_runs.is_some(),
+            not_compared,
+            stream: action_runs.as_ref().map(|(s, _)| action_summary(s)),
+            batch: action_runs.as_ref().map(|(_, b)| action_summary(b)),
             inventory_input,
         },
         revisions_dashboard: Revisions::of(&stream.dashboard.revisions, &micro.dashboard.revisions),
@@ -278,17 +306,19 @@ fn print_report(r: &Report<'_>) -> anyhow::Result<()> {
         "  batch:       {} events applied, {} duplicates, {} dead letters, {} finance keys, {} dashboard keys",
         r.batch.applied, r.batch.duplicates, r.batch.dead_letters, r.batch.finance_keys, r.batch.dashboard_keys
     )?;
-    let (a, b) = (&r.actions.stream, &r.actions.batch);
-    writeln!(
-        out,
-        "  actions:     stream cadence {} turns, {} actions; batch cadence {} turns, {} actions; {} left buffered (inventory {})",
-        a.turns,
-        a.actions,
-        b.turns,
-        b.actions,
-        a.buffered + b.buffered,
-        r.actions.inventory_input.describe()
-    )?;
+    match (&r.actions.stream, &r.actions.batch, &r.actions.not_compared) {
+        (Some(a), Some(b), _) => writeln!(
+            out,
+            "  actions:     stream cadence {} turns, {} actions; batch cadence {} turns, {} actions; {} left buffered (inventory {})",
+            a.turns,
+            a.actions,
+            b.turns,
+            b.actions,
+            a.buffered + b.buffered,
+            r.actions.inventory_input.describe()
+        )?,
+        (_, _, why) => writeln!(out, "  actions:     NOT COMPARED: {}", why.as_deref().unwrap_or("not replayed"))?,
+    }
     for (what, rev) in [("dashboard", &r.revisions_dashboard), ("finance", &r.revisions_finance)] {
         writeln!(
             out,
