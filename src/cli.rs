@@ -123,9 +123,10 @@ pub struct ShadowArgs {
     #[arg(long, default_value_t = 4)]
     pub slices: usize,
     /// Compare the action path only when the orders range plus the inventory log hold at most
-    /// this many records: its replay holds them in memory (docs/modes.md). Above it the
-    /// report says `actions.compared: false` and why; 0 never compares actions.
-    #[arg(long, default_value_t = 2_000_000)]
+    /// this many records: its replay holds them in memory, ~1.6 KiB each (docs/modes.md), so
+    /// the default keeps the whole shadow under 1 GiB. Above it the report says
+    /// `actions.compared: false` and why; 0 never compares actions.
+    #[arg(long, default_value_t = 400_000)]
     pub actions_max_records: u64,
     /// Write the JSON report here (the human report goes to stdout).
     #[arg(long)]
