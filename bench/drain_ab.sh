@@ -51,7 +51,7 @@ run_one() { # REV PHASE
   python3 "$BENCH/lib/receiver.py" "$port" "$WORK/$id.actions" & local recv=$!
   topology_file "$WORK/$id.toml" "$id" "$PARTITIONS" act "http://127.0.0.1:$port/actions" 50 3.0 15 "$ORDERS"
   "${BINS[$rev]}" topics --bootstrap "$BOOT" --topology "$WORK/$id.toml" >/dev/null 2>&1
-  /usr/bin/time -f '%e %U %S %M' -o "$WORK/$id.time" "${BINS[$rev]}" run --bootstrap "$BOOT" --topology "$WORK/$id.toml" \
+  TIDEMARK_WEBHOOK_SECRET=bench-signing-key /usr/bin/time -f '%e %U %S %M' -o "$WORK/$id.time" "${BINS[$rev]}" run --bootstrap "$BOOT" --topology "$WORK/$id.toml" \
     --state-dir "$WORK/state-$id" --group "$id" --exit-at-end --log warn 2> "$WORK/$id.log" >/dev/null \
     || { tail -20 "$WORK/$id.log" >&2; kill "$recv"; exit 1; }
   kill "$recv"; wait "$recv" 2>/dev/null || true
