@@ -292,25 +292,5 @@ pub const GEN_ACTIONS: &[&str] = &[
 
 /// The three example rules with thresholds that fire on [`GEN_ACTIONS`], in the given modes
 /// (`oversell`, `low_stock`, `velocity_spike`).
-pub fn firing_rules(oversell: &str, low_stock: &str, velocity_spike: &str) -> String {
-    format!(
-        r#"
-[[rules]]
-id = "oversell"
-version = 1
-mode = "{oversell}"
-
-[[rules]]
-id = "low_stock"
-version = 1
-mode = "{low_stock}"
-params = {{ threshold = 25, replenish_to = 100 }}
-
-[[rules]]
-id = "velocity_spike"
-version = 1
-mode = "{velocity_spike}"
-params = {{ min_units = 8, factor = "2.0", baseline_windows = 15 }}
-"#
-    )
-}
+#[allow(unused_imports)] // every test binary compiles this module; only some of them use it
+pub use tidemark::testkit::rules::firing_rules;

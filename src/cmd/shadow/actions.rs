@@ -133,25 +133,8 @@ mod tests {
     /// The example topology with rules in shadow mode that fire often on [`history`].
     fn topology() -> Topology {
         let cut = EXAMPLE.find("# Anomaly rules.").expect("rules section");
-        let rules = r#"
-[[rules]]
-id = "oversell"
-version = 1
-mode = "shadow"
-
-[[rules]]
-id = "low_stock"
-version = 1
-mode = "shadow"
-params = { threshold = 25, replenish_to = 100 }
-
-[[rules]]
-id = "velocity_spike"
-version = 1
-mode = "shadow"
-params = { min_units = 8, factor = "2.0", baseline_windows = 15 }
-"#;
-        parse(&(EXAMPLE[..cut].to_string() + rules), "shadow-actions.toml").expect("topology")
+        let rules = crate::testkit::rules::firing_rules("shadow", "shadow", "shadow");
+        parse(&(EXAMPLE[..cut].to_string() + &rules), "shadow-actions.toml").expect("topology")
     }
 
     /// A generated history over 3 orders and 2 inventory partitions, keyed as a producer would.
