@@ -86,6 +86,12 @@ pub struct MicrobatchArgs {
     /// Stop after this many slices (0 = run until SIGTERM).
     #[arg(long, default_value_t = 0)]
     pub max_slices: u64,
+    /// At most this many records in one slice, split evenly over the partitions: a slice
+    /// holds its records' dedup ids and staged state in memory until it commits (~150 B
+    /// each). A job further behind catches up in consecutive capped slices, without waiting
+    /// `--every` between them. 0 = no cap (a slice takes everything up to the high watermark).
+    #[arg(long, default_value_t = 4_000_000)]
+    pub max_slice_records: u64,
     /// Stop after a slice that found no new records.
     #[arg(long)]
     pub exit_when_idle: bool,
@@ -119,7 +125,8 @@ pub struct ShadowArgs {
     /// The stream replay commits every this many records per partition.
     #[arg(long, default_value_t = 500)]
     pub stream_commit_records: usize,
-    /// The micro-batch replay cuts each partition's range into this many slices.
+    /// The micro-batch replay cuts each partition's range into this many slices, or more
+    /// when a slice would hold over 1,000,000 records (a slice is held in memory).
     #[arg(long, default_value_t = 4)]
     pub slices: usize,
     /// Compare the action path only when the orders range plus the inventory log hold at most

@@ -219,6 +219,48 @@ fn a_microbatch_killed_mid_slice_resumes_the_planned_slice_and_its_rows_equal_th
     }
 }
 
+#[test]
+fn a_microbatch_that_is_behind_catches_up_in_slices_no_larger_than_its_cap_with_the_streams_rows() {
+    let orders = unique("modes-mb-cap");
+    let t = topology(&orders, &unique("run-modes-mb-cap"));
+    create_topics(&t);
+    let (dash, fin) = (format!("{}.mb", t.dashboard), format!("{}.mb", t.finance_provisional));
+    let state = tempfile::tempdir().expect("tmp");
+    let report = state.path().join("slices.jsonl");
+    generate(&orders, &[PART, &["--seed", "34", "--start", "2026-11-28T00:00:00Z"]].concat());
+    let args = [
+        "microbatch",
+        "--every",
+        "300ms",
+        "--no-side-outputs",
+        "--create-topics",
+        "--max-slice-records",
+        "1000",
+        "--exit-when-idle",
+    ];
+    let mb_state = state.path().join("mb");
+    let paths = ["--dashboard-topic", &dash, "--finance-topic", &fin, "--state-dir", mb_state.to_str().expect("utf8")];
+    ok(tidemark(&[&args[..], &paths, &["--report", report.to_str().expect("utf8")]].concat(), &t, &[]), "microbatch");
+
+    // 1000 records a slice over 4 partitions: at most 250 of each, consecutive, and together
+    // the whole log.
+    let s = slices(&report);
+    assert!(s.len() >= 7, "6000 records need at least 6 capped slices and an idle one: {s:?}");
+    let mut next: BTreeMap<i64, i64> = BTreeMap::new();
+    for l in &s {
+        for r in l["ranges"].as_array().expect("ranges") {
+            let (p, from, to) = (count(r, "partition") as i64, count(r, "from") as i64, count(r, "to") as i64);
+            assert!(to - from <= 250, "partition {p} got {} records in slice {}", to - from, l["slice"]);
+            assert_eq!(from, *next.get(&p).unwrap_or(&0), "slices of partition {p} are consecutive");
+            next.insert(p, to);
+        }
+    }
+    assert_eq!(s.iter().map(span).sum::<i64>(), 6000, "the slices cover the whole log");
+    run_to_end(&t, state.path().join("stream").as_path(), &unique("g"));
+    assert_eq!(compacted(&dash), compacted(&t.dashboard));
+    assert_eq!(compacted(&fin), compacted(&t.finance_provisional));
+}
+
 fn produce_one(topic: &str, key: &[u8], value: &[u8]) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let producer: BaseProducer = settings().client_config().create().expect("producer");

@@ -3,7 +3,10 @@
 //!
 //! Each slice:
 //! 1. is planned: per partition `[from, to)` with `from` = the state's checkpoint and `to` =
-//!    the high watermark now; the plan is committed to the state before any record is read;
+//!    the high watermark now, at most `--max-slice-records / partitions` records further
+//!    (a slice holds its records in memory until it commits; a job that is behind catches
+//!    up in consecutive capped slices); the plan is committed to the state before any
+//!    record is read;
 //! 2. runs the stream's own orders tasks over the plan ([`SliceRunner`]), staging state into
 //!    one batch;
 //! 3. publishes each changed row once (its final version in the slice) plus side outputs,
@@ -142,7 +145,9 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         Arc::clone(&stats),
     );
     let mut log = load_log(&store)?;
-    let started = Instant::now();
+    // When the next slice may start: `--every` after the last one started, or at once after
+    // a slice the cap cut short of the high watermark (the job is behind: catch up).
+    let mut next_at = Instant::now();
     let mut ran = 0u64;
     loop {
         let resumed = log.planned.is_some();
@@ -152,11 +157,18 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
                 s
             }
             None => {
-                let next = started + every.saturating_mul(u32::try_from(ran).unwrap_or(u32::MAX));
-                if ran > 0 && !wait_until(next, &stop, &progress) {
+                if ran > 0 && !wait_until(next_at, &stop, &progress) {
                     break;
                 }
-                let slice = plan(&settings, &topology, &mut runner, &log, args.accept_gaps)?;
+                let (slice, capped) =
+                    plan(&settings, &topology, &mut runner, &log, args.accept_gaps, args.max_slice_records)?;
+                next_at = if capped {
+                    Instant::now()
+                } else {
+                    // On the `--every` grid; a slice that overran by more than a period
+                    // moves the grid instead of owing back-to-back slices.
+                    Instant::now().checked_sub(every).map_or(next_at, |t| next_at.max(t)) + every
+                };
                 log.planned = Some(slice.clone());
                 let mut b = store.batch();
                 b.put_record(SLICES, &codec::encode(&log)?);
@@ -252,15 +264,23 @@ fn wait_until(at: Instant, stop: &AtomicBool, progress: &Progress) -> bool {
     !stop.load(Ordering::Relaxed)
 }
 
-/// The next slice: from each partition's committed offset to its high watermark now.
+/// The next slice: from each partition's committed offset to its high watermark now, or to
+/// `max_records / partitions` records further when that comes first (then `true`: capped).
 fn plan(
     settings: &crate::kafka::KafkaSettings,
     t: &Topology,
     runner: &mut SliceRunner<'_>,
     log: &SliceLog,
     allow_partial: bool,
-) -> anyhow::Result<Slice> {
+    max_records: u64,
+) -> anyhow::Result<(Slice, bool)> {
     let source = Log::open(settings, &t.orders.topic)?;
+    let partitions = u64::try_from(source.watermarks().len()).unwrap_or(1).max(1);
+    let per_partition = match max_records {
+        0 => i64::MAX,
+        n => i64::try_from((n / partitions).max(1)).unwrap_or(i64::MAX),
+    };
+    let mut capped = false;
     let mut ranges = Vec::new();
     for (p, (low, high)) in source.watermarks() {
         let next = runner.next_offset(*p)?;
@@ -275,9 +295,11 @@ fn plan(
             "{}/{p}: the state has processed up to offset {from} but the log ends at {high}; was the topic recreated? Use a fresh --state-dir",
             t.orders.topic
         );
-        ranges.push(PartitionRange { partition: *p, from, to: *high });
+        let to = (*high).min(from.saturating_add(per_partition));
+        capped |= to < *high;
+        ranges.push(PartitionRange { partition: *p, from, to });
     }
-    Ok(Slice { number: log.done.as_ref().map_or(1, |d| d.number + 1), ranges })
+    Ok((Slice { number: log.done.as_ref().map_or(1, |d| d.number + 1), ranges }, capped))
 }
 
 /// Feeds every record of the slice to the runner.

@@ -293,7 +293,7 @@ fn print_report(r: &Report<'_>) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "  micro-batch: {} commits ({} slices per partition), {} dashboard rows, {} finance rows, {} late, {} dead letters",
+        "  micro-batch: {} commits (at least {} slices per partition, at most 1,000,000 records each), {} dashboard rows, {} finance rows, {} late, {} dead letters",
         r.microbatch.commits,
         r.slices,
         r.microbatch.dashboard_rows,
