@@ -161,6 +161,7 @@ check "schema rejects financeClose.grace=7 (not a string)" lint_rejects --set fi
 check "schema rejects a 4-field financeClose.schedule"   lint_rejects --set-string "financeClose.schedule=30 7 * *"
 check "schema rejects CRON_TZ= in financeClose.schedule"  lint_rejects --set-string "financeClose.schedule=CRON_TZ=UTC 30 22 * * *"
 check "schema rejects an unknown microbatch key"          lint_rejects --set microbatch.replicas=2
+check "schema rejects a negative microbatch.maxSliceRecords"   lint_rejects --set microbatch.maxSliceRecords=-1
 check "schema rejects podLabels app.kubernetes.io/component" lint_rejects --set podLabels.app\\.kubernetes\\.io/component=x
 check "schema rejects admin.expose=true without a token Secret" lint_rejects --set admin.expose=true
 check "schema rejects an extraVolumeMount over the state volume" lint_rejects --set extraVolumeMounts[0].name=x --set extraVolumeMounts[0].mountPath=/var/lib/tidemark

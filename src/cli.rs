@@ -90,7 +90,7 @@ pub struct MicrobatchArgs {
     /// holds its records' dedup ids and staged state in memory until it commits (~150 B
     /// each). A job further behind catches up in consecutive capped slices, without waiting
     /// `--every` between them. 0 = no cap (a slice takes everything up to the high watermark).
-    #[arg(long, default_value_t = 4_000_000)]
+    #[arg(long, default_value_t = 2_000_000)]
     pub max_slice_records: u64,
     /// Stop after a slice that found no new records.
     #[arg(long)]

@@ -339,7 +339,7 @@ def workloads(values, by_kind, sts, topo_vol, stream_vols, stream_mounts):
         cmd = pod_common(tmpl["spec"], c, what, state=True)
         expected = ["tidemark", "microbatch", "--topology", "/etc/tidemark/topology/topology.toml",
                     "--state-dir", "/var/lib/tidemark", "--every", str(mbv["every"]), "--deadline", str(mbv["deadline"]),
-                    "--http-addr", f"0.0.0.0:{port}"]
+                    "--max-slice-records", str(mbv["maxSliceRecords"]), "--http-addr", f"0.0.0.0:{port}"]
         check(cmd[: len(expected)] == expected, f"{what}: command line starts {' '.join(expected)} (got {' '.join(cmd)})")
         for flag, key in (("--dashboard-topic", "dashboardTopic"), ("--finance-topic", "financeTopic")):
             want = mbv.get(key, "")
