@@ -147,8 +147,22 @@ pub fn spawn_run(t: &Topo, state: &Path, group: &str, env: &[(&str, &str)]) -> C
     c.spawn().expect("spawn tidemark run")
 }
 
+/// Every record of `topic`. A topic created moments ago can answer its first metadata
+/// request with a leadership error while the broker elects its leader (seen on a loaded
+/// host: NotLeaderForPartition): those are retried for up to 10 s, anything else fails.
 pub fn read(topic: &str) -> Vec<OwnedMessage> {
-    read_topic(&settings(), topic).expect("read topic")
+    let transient = ["NotLeaderForPartition", "LeaderNotAvailable", "UnknownTopicOrPartition"];
+    let mut attempts = 0;
+    loop {
+        match read_topic(&settings(), topic) {
+            Ok(messages) => return messages,
+            Err(e) if attempts < 40 && transient.iter().any(|t| format!("{e:#}").contains(t)) => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+            Err(e) => panic!("read topic {topic}: {e:#}"),
+        }
+    }
 }
 
 /// Latest value per key, as compaction would keep it.
