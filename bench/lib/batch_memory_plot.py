@@ -63,10 +63,12 @@ def main():
     t0 = rows[0][0] if rows else 0
     fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     minutes = [(t - t0) / 60 for t, _, _, _ in rows]
-    axes[0].plot(minutes, [r / mib for r in rss], color="tab:orange", label="batch close RSS")
+    axes[0].plot(minutes, [r / mib for r in rss], color="tab:orange", label=f"{'shadow' if 'shadow' in result else 'batch close'} RSS")
     dedup = [(m, d / mib) for m, (_, _, d, _) in zip(minutes, rows) if d is not None]
     axes[0].plot([m for m, _ in dedup], [d for _, d in dedup], ".", color="tab:blue", label="scratch dedup store on disk")
-    axes[0].axhline(result.get("target_max_rss_mib", 1024), color="tab:red", linestyle="--", label="target RSS")
+    target = result.get("target_max_rss_mib", 1024)
+    axes[0].axhline(target, color="tab:red", linestyle="--", label="target RSS")
+    axes[0].set_ylim(0, max([target] + [r / mib for r in rss]) * 1.08)
     axes[0].set_ylabel("MiB")
     counted = [(m, n / 1e6) for m, (_, _, _, n) in zip(minutes, rows) if n is not None]
     axes[1].plot([m for m, _ in counted], [n for _, n in counted], color="tab:green", label="records read")
@@ -75,7 +77,8 @@ def main():
     for ax in axes:
         ax.legend(loc="upper left")
         ax.grid(alpha=0.3)
-    fig.suptitle(f"batch close over {result.get('events_generated', 0) / 1e6:.0f} M events, "
+    what = "tidemark shadow" if "shadow" in result else "batch close"
+    fig.suptitle(f"{what} over {result.get('events_generated', 0) / 1e6:.0f} M events, "
                  f"{result.get('git_rev', '')}: max RSS {result.get('max_rss_mib')} MiB, "
                  f"{result.get('wall_s')} s", fontsize=10)
     fig.tight_layout()
