@@ -6,7 +6,7 @@
 #
 #   bench/soak.sh [RATE=20000] [DURATION_S=1800]
 #
-# Env: DEDUP_RETENTION (10m), WINDOW_RETENTION (5m), EVENT_BYTES (512), PARTITIONS (4),
+# Env: DEDUP_RETENTION (10m), WINDOW_RETENTION (5m), EVENT_BYTES (512), PARTITIONS (4), BASELINE_WINDOWS (15, velocity_spike),
 # NAME (soak): results in bench/results/$NAME.json and .png, raw samples in
 # bench/results/raw/$NAME-* (gzipped). The binary is HEAD built in a clean worktree (see
 # ensure_tidemark in bench/lib/common.sh for TIDEMARK_BIN/TIDEMARK_REV, BENCH_REV, ALLOW_DIRTY).

@@ -164,7 +164,7 @@ scenario_cleanup() {
 # scenario_topology: the run's topology file $WORK/t.toml (velocity_spike in act mode,
 # posting to the receiver) and its topics.
 scenario_topology() {
-  topology_file "$WORK/t.toml" "$TAG" "$PARTITIONS" act "http://127.0.0.1:$RX_PORT/actions" "${MIN_UNITS:-50}" "${FACTOR_RULE:-3.0}" 15
+  topology_file "$WORK/t.toml" "$TAG" "$PARTITIONS" act "http://127.0.0.1:$RX_PORT/actions" "${MIN_UNITS:-50}" "${FACTOR_RULE:-3.0}" "${BASELINE_WINDOWS:-15}"
   "$BIN" topics --bootstrap "$BOOT" --topology "$WORK/t.toml" >/dev/null 2>&1
 }
 
