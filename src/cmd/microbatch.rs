@@ -146,8 +146,9 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
     );
     let mut log = load_log(&store)?;
     // When the next slice may start: `--every` after the last one started, or at once after
-    // a slice the cap cut short of the high watermark (the job is behind: catch up).
-    let mut next_at = Instant::now();
+    // a slice the cap cut short of the high watermark (the job is behind: catch up). A slice
+    // resumed at start counts as started now.
+    let mut next_at = Instant::now() + every;
     let mut ran = 0u64;
     loop {
         let resumed = log.planned.is_some();
