@@ -20,6 +20,7 @@ use crate::cli::{DemoArgs, GenArgs, KafkaArgs};
 use crate::cmd::{gen, query};
 use crate::engine::outbox::OutboxRow;
 use crate::engine::Stats;
+use crate::kafka::admin;
 use crate::kafka::reader::read_topic;
 use crate::kafka::KafkaSettings;
 use crate::stream::tasks::SKU_REPARTITION;
@@ -33,19 +34,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let topology = config::parse(config::EXAMPLE, "topology/examples/orders.toml")?;
     let mock: MockCluster<'static, DefaultProducerContext> = MockCluster::new(1).context("starting mock cluster")?;
-    for spec in [
-        &topology.orders,
-        &topology.inventory,
-        &topology.dashboard,
-        &topology.dead_letter,
-        &topology.late,
-        &topology.audit,
-        &topology.action_dead_letter,
-        &topology.sku_repartition,
-        &topology.finance_provisional,
-        &topology.finance_close,
-        &topology.finance_manifest,
-    ] {
+    // Every topic of the topology, from the list `tidemark topics` creates.
+    for (spec, _) in admin::topology_topics(&topology) {
         mock.create_topic(&spec.topic, spec.partitions, 1).with_context(|| format!("creating {}", spec.topic))?;
     }
     let settings = KafkaSettings::new(&mock.bootstrap_servers());

@@ -36,16 +36,16 @@ fn configs(spec: &TopicSpec, role: Role) -> Vec<(&'static str, &'static str)> {
 
 /// What a topic is to tidemark, for its configs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Role {
+pub enum Role {
     Input,
     Repartition,
     Output,
 }
 
-/// Creates every topic of the topology that does not exist yet. Existing topics are left
-/// as they are. Returns the names created.
-pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: i32) -> anyhow::Result<Vec<String>> {
-    let roles: [(&TopicSpec, Role); 14] = [
+/// Every topic of the topology, with what it is to tidemark: the one list `tidemark topics`
+/// creates on a broker and the demo creates on its mock cluster.
+pub fn topology_topics(t: &Topology) -> [(&TopicSpec, Role); 14] {
+    [
         (&t.orders, Role::Input),
         (&t.inventory, Role::Input),
         (&t.dashboard, Role::Output),
@@ -60,8 +60,13 @@ pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: 
         (&t.dashboard_combined, Role::Output),
         (&t.finance_provisional_combined, Role::Output),
         (&t.combine_repartition, Role::Repartition),
-    ];
-    create(settings, &roles, replication).await
+    ]
+}
+
+/// Creates every topic of the topology that does not exist yet. Existing topics are left
+/// as they are. Returns the names created.
+pub async fn ensure_topics(settings: &KafkaSettings, t: &Topology, replication: i32) -> anyhow::Result<Vec<String>> {
+    create(settings, &topology_topics(t), replication).await
 }
 
 /// Creates a compacted topic like `like` (partitions) named `topic`, if it does not exist:
