@@ -8,7 +8,7 @@
 #
 # Env: DEDUP_RETENTION (10m), WINDOW_RETENTION (5m), EVENT_BYTES (512), PARTITIONS (4), BASELINE_WINDOWS (15, velocity_spike),
 # NAME (soak): results in bench/results/$NAME.json and .png, raw samples in
-# bench/results/raw/$NAME-* (gzipped). The binary is HEAD built in a clean worktree (see
+# bench/results/raw/$NAME-* (gzipped; $NAME-maps.jsonl splits the RSS by allocator). The binary is HEAD built in a clean worktree (see
 # ensure_tidemark in bench/lib/common.sh for TIDEMARK_BIN/TIDEMARK_REV, BENCH_REV, ALLOW_DIRTY).
 # The input topics keep 10 minutes of log (the processor keeps up, so nothing unread is
 # deleted); the broker's disk is reported beside tidemark's but is not what is judged.
@@ -39,6 +39,9 @@ start_tidemark "$WORK/t.toml" "$WORK/state" "$TAG" "$HTTP" "$WORK/tm.log" "$WORK
 wait_ready "$HTTP" 120 || { cat "$WORK/tm.log" >&2; exit 1; }
 python3 "$BENCH/lib/sampler.py" "$WORK/samples.jsonl" --url "http://127.0.0.1:$HTTP/metrics" \
   --pidfile "processor=$WORK/tm.pid" --pid "broker=$BROKER_PID" & SP=$!; PIDS+=($SP)
+# The processor's RSS split by who mapped it (Rust's mimalloc, glibc's arenas for RocksDB and
+# librdkafka, files), every 30 s: says which allocator a creeping RSS comes from.
+python3 "$BENCH/lib/maps_sampler.py" "$WORK/maps.jsonl" --pidfile "$WORK/tm.pid" --every 30 & MP=$!; PIDS+=($MP)
 # Disk every 10 s: tidemark's state directory (du, what the volume holds), its own gauge,
 # and the broker's data directory.
 (
@@ -56,12 +59,13 @@ blog "soak: ${RATE}/s for ${DURATION_S}s (dedup retention $DEDUP_RETENTION, wind
   2> >(stamp > "$WORK/gen.log") >/dev/null
 b=$(now_s)
 sleep 15
-kill "$SP" 2>/dev/null || true; wait "$SP" 2>/dev/null || true
+kill "$SP" "$MP" 2>/dev/null || true; wait "$SP" "$MP" 2>/dev/null || true
 mkdir -p "$RESULTS/raw"
 N="${NAME:-soak}"
 gzip -9c "$WORK/samples.jsonl" > "$RESULTS/raw/$N-samples.jsonl.gz"; cp "$WORK/disk.jsonl" "$RESULTS/raw/$N-disk.jsonl"
+cp "$WORK/maps.jsonl" "$RESULTS/raw/$N-maps.jsonl" 2>/dev/null || true
 gzip -9c "$WORK/gen.log" > "$RESULTS/raw/$N-gen.log.gz"
 META=$(python3 -c "import json,sys; print(json.dumps({'rate': int(sys.argv[1]), 'duration_s': int(sys.argv[2]), 'dedup_retention': sys.argv[3], 'window_retention': sys.argv[4], 'event_bytes': int(sys.argv[5]), 'partitions': int(sys.argv[6]), 'start': float(sys.argv[7]), 'end': float(sys.argv[8]), 'machine': json.loads(sys.argv[9])}))" \
   "$RATE" "$DURATION_S" "$DEDUP_RETENTION" "$WINDOW_RETENTION" "${EVENT_BYTES:-512}" "$PARTITIONS" "$a" "$b" "$MACHINE")
 python3 "$BENCH/lib/soak.py" "$RESULTS/$N.json" "$RESULTS/$N.png" --samples "$WORK/samples.jsonl" \
-  --disk "$WORK/disk.jsonl" --gen "$WORK/gen.log" --actions "$WORK/actions.jsonl" --meta "$META"
+  --disk "$WORK/disk.jsonl" --gen "$WORK/gen.log" --actions "$WORK/actions.jsonl" --maps "$WORK/maps.jsonl" --meta "$META"

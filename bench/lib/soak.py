@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises a bounded-state soak (bench/soak.sh) and plots it.
 
-    soak.py RESULT.json PLOT.png --samples S.jsonl --disk D.jsonl --gen GEN.log --actions A.jsonl --meta JSON
+    soak.py RESULT.json PLOT.png --samples S.jsonl --disk D.jsonl --gen GEN.log --actions A.jsonl [--maps M.jsonl] --meta JSON
 
 Verdict ("flat"): after the settling time (the longer retention plus two minutes: by then
 the first entries have expired and compaction has had a turn) the state directory's size and
@@ -10,7 +10,9 @@ the processor's RSS are judged over the rest of the run:
   of the judged mean; flat when below 10 % per hour for both;
 - the judged span's last-third mean is compared with its first-third mean (ratio reported);
 - the processor kept up: the maximum backlog age over the judged span is below 10 s.
-Samples are kept raw next to the result (bench/results/raw/).
+The RSS is also split by who mapped it (maps_sampler.py: mimalloc for Rust, glibc's arenas
+for RocksDB and librdkafka, files) and each part judged the same way, so a growth names its
+allocator. Samples are kept raw next to the result (bench/results/raw/).
 """
 import json, os, sys
 
@@ -77,6 +79,15 @@ def main():
     store_kinds = ("memtables", "block_cache", "table_readers")
     store_mem = {k: [(s["t"] - t0, s["counters"][f"state_memory_bytes{{kind={k}}}"]) for s in samples
                      if f"state_memory_bytes{{kind={k}}}" in s.get("counters", {})] for k in store_kinds}
+    maps_path = opt(args, "--maps")
+    maps = load_jsonl(maps_path) if maps_path and os.path.exists(maps_path) else []
+    mapped = {}
+    for m in maps:
+        for k, v in m["by"].items():
+            mapped.setdefault(k, []).append((m["t"] - t0, v))
+    # glibc's two kinds of arena together: RocksDB and librdkafka allocate from both.
+    if maps:
+        mapped["glibc"] = [(m["t"] - t0, m["by"].get("glibc_main", 0) + m["by"].get("glibc_arenas", 0)) for m in maps]
     rate = []
     for (ta, na), (tb, nb) in zip(gen, gen[1:]):
         if na is not None and nb is not None and tb > ta:
@@ -93,6 +104,7 @@ def main():
         "state_disk": judge(state, settle, "state directory bytes (du)"),
         "rss": judge(rss, settle, "processor RSS bytes"),
         "store_memory": {k: judge(v, settle, f"state store {k} bytes") for k, v in store_mem.items() if v},
+        "rss_by_mapping": {k: judge(v, settle, f"RSS in {k} mappings") for k, v in mapped.items()},
         "broker_disk": judge(broker, settle, "broker data bytes (input topics keep 10 min)"),
         "max_backlog_age_s_after_settling": round(max(judged_age), 2) if judged_age else None,
     }
@@ -117,6 +129,10 @@ def main():
     for k, v in store_mem.items():
         if v:
             axes[1].plot([t / 60 for t, _ in v], [x / mib for _, x in v], linewidth=1, label=f"store {k}")
+    for k in ("mimalloc", "glibc"):
+        if mapped.get(k):
+            axes[1].plot([t / 60 for t, _ in mapped[k]], [x / mib for _, x in mapped[k]], linestyle="--",
+                         linewidth=1, label=f"RSS in {k} mappings")
     axes[1].set_ylabel("MiB RSS")
     axes[2].plot([t / 60 for t, _ in age], [v for _, v in age], color="tab:red", label="backlog age (max over partitions)")
     axes[2].set_ylabel("backlog age (s)")
