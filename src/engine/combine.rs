@@ -116,6 +116,11 @@ impl CombineTask {
     }
 
     /// Combined keys held in memory.
+    /// Adds what the task holds in memory to `held` (see [`crate::engine::held`]).
+    pub fn held(&self, held: &mut crate::engine::held::Held) {
+        held.add("combine_keys", self.entries.len());
+    }
+
     pub fn keys(&self) -> usize {
         self.entries.len()
     }

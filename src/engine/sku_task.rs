@@ -148,6 +148,16 @@ impl SkuTask {
         Ok(())
     }
 
+    /// Adds what the task holds in memory to `held` (see [`crate::engine::held`]).
+    pub fn held(&self, held: &mut crate::engine::held::Held) {
+        let p = self.processor.held();
+        held.add("sku_states", p.skus);
+        held.add("sku_lines", p.lines);
+        held.add("sku_windows", p.windows);
+        held.add("sku_loaded", self.loaded.len());
+        held.add("merge_buffer", self.buffer.len());
+    }
+
     /// SKUs whose rows are in memory.
     pub fn loaded_skus(&self) -> usize {
         self.loaded.len()

@@ -136,6 +136,12 @@ impl PartitionTask {
         })
     }
 
+    /// Adds what the task holds in memory to `held` (see [`crate::engine::held`]).
+    pub fn held(&self, held: &mut crate::engine::held::Held) {
+        held.add("dashboard_windows", self.aggs.len());
+        held.add("provisional_days", self.days.len());
+    }
+
     pub fn id(&self) -> PartitionId {
         self.id
     }

@@ -110,7 +110,12 @@ struct Runner {
     batch_started: Option<Instant>,
     paused: bool,
     drain: drain::Drain,
+    /// When `tidemark_task_entries` was last published.
+    held_at: Option<Instant>,
 }
+
+/// How often the tasks' entry counts are published (a walk over every SKU state).
+const HELD_EVERY: Duration = Duration::from_secs(15);
 
 pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
     let t = &opts.topology;
@@ -273,6 +278,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         batch_started: None,
         paused: false,
         drain,
+        held_at: None,
     };
     runner.run_loop(&consumer)
 }
@@ -590,7 +596,24 @@ impl Runner {
     /// A crash before the write replays from the previous checkpoint and reproduces the same
     /// outputs and rows; a crash after it resumes after it. Either way no output is lost and
     /// no action key is produced twice.
+    /// Publishes `tidemark_task_entries{kind}` (see [`crate::engine::held`]) every
+    /// [`HELD_EVERY`].
+    fn publish_held(&mut self) {
+        if self.held_at.is_some_and(|at| at.elapsed() < HELD_EVERY) {
+            return;
+        }
+        self.held_at = Some(Instant::now());
+        let mut held = crate::engine::held::Held::default();
+        for task in self.tasks.values() {
+            task.held(&mut held);
+        }
+        for (kind, n) in held.counts() {
+            metrics::gauge!("tidemark_task_entries", "kind" => kind).set(n as f64);
+        }
+    }
+
     fn commit(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
+        self.publish_held();
         self.complete(consumer)?;
         self.skip_control_records(consumer);
         let store = Arc::clone(&self.store);

@@ -41,6 +41,16 @@ impl Task {
         }
     }
 
+    /// Adds what the task holds in memory to `held`; inventory tasks hold nothing.
+    pub fn held(&self, held: &mut crate::engine::held::Held) {
+        match self {
+            Task::Orders(t) => t.held(held),
+            Task::Inventory(_) => {}
+            Task::Sku(t) => t.held(held),
+            Task::Combine(t) => t.held(held),
+        }
+    }
+
     pub fn next_offset(&self) -> i64 {
         self.checkpoint().next_offset
     }

@@ -91,6 +91,14 @@ impl SkuInput {
     }
 }
 
+/// Entry counts of a [`SkuProcessor`], for the memory gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkuHeld {
+    pub skus: usize,
+    pub lines: usize,
+    pub windows: usize,
+}
+
 /// All anomaly state of one partition: per-SKU state plus the partition watermark.
 #[derive(Clone, Debug)]
 pub struct SkuProcessor {
@@ -286,6 +294,16 @@ impl SkuProcessor {
             out.push((sku, lines.into_iter().map(|(t, _)| t).collect()));
         }
         out
+    }
+
+    /// What the processor holds in memory: SKU states, their line rows and window counts.
+    pub fn held(&self) -> SkuHeld {
+        let mut held = SkuHeld { skus: self.skus.len(), ..SkuHeld::default() };
+        for state in self.skus.values() {
+            held.lines += state.exact_line_count();
+            held.windows += state.window_count();
+        }
+        held
     }
 
     /// The partition watermark: max event time seen − allowed lateness.

@@ -267,13 +267,13 @@ impl SkuState {
         self.window_fired.insert(fired)
     }
 
-    #[cfg(test)]
-    pub(super) fn exact_line_count(&self) -> usize {
+    /// Line rows held, one per event-time millisecond (the memory gauges count them).
+    pub fn exact_line_count(&self) -> usize {
         self.lines.len()
     }
 
-    #[cfg(test)]
-    pub(super) fn window_count(&self) -> usize {
+    /// Window counts held for the velocity baseline.
+    pub fn window_count(&self) -> usize {
         self.windows.len()
     }
 }

@@ -494,6 +494,7 @@ fn expire_prunes_and_returns_the_skus_left_empty() {
         placed(1, T0 + 2 * MIN),
     ]);
     assert_eq!(d.p.state(SKU).map(|s| (s.exact_line_count(), s.window_count())), Some((3, 3)));
+    assert_eq!(d.p.held(), SkuHeld { skus: 2, lines: 4, windows: 4 }, "what the memory gauges count");
     assert!(d.p.expire().is_empty(), "nothing is beyond retention yet");
     d.p.take_dirty();
 
@@ -503,6 +504,7 @@ fn expire_prunes_and_returns_the_skus_left_empty() {
     assert!(d.p.state("SKU-A").is_none());
     let s = d.p.state(SKU).expect("a SKU with a snapshot is kept");
     assert_eq!((s.exact_line_count(), s.window_count()), (1, 0));
+    assert_eq!(d.p.held(), SkuHeld { skus: 2, lines: 2, windows: 1 }, "SKU-A forgotten, SKU-C new");
     assert_eq!(s.available(), Some(1), "lines folded past retention still count against the snapshot");
     let dirty: Vec<String> = d.p.take_dirty().into_iter().map(|x| x.sku).collect();
     assert_eq!(dirty, [SKU, "SKU-C"]);
