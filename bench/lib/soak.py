@@ -79,6 +79,12 @@ def main():
     store_kinds = ("memtables", "block_cache", "table_readers")
     store_mem = {k: [(s["t"] - t0, s["counters"][f"state_memory_bytes{{kind={k}}}"]) for s in samples
                      if f"state_memory_bytes{{kind={k}}}" in s.get("counters", {})] for k in store_kinds}
+    # What the tasks hold in memory (tidemark_task_entries{kind}): names a climbing part.
+    entries = {}
+    for s in samples:
+        for name, v in s.get("counters", {}).items():
+            if name.startswith("task_entries{kind="):
+                entries.setdefault(name[len("task_entries{kind="):-1], []).append((s["t"] - t0, v))
     maps_path = opt(args, "--maps")
     maps = load_jsonl(maps_path) if maps_path and os.path.exists(maps_path) else []
     mapped = {}
@@ -105,6 +111,7 @@ def main():
         "rss": judge(rss, settle, "processor RSS bytes"),
         "store_memory": {k: judge(v, settle, f"state store {k} bytes") for k, v in store_mem.items() if v},
         "rss_by_mapping": {k: judge(v, settle, f"RSS in {k} mappings") for k, v in mapped.items()},
+        "task_entries": {k: judge(v, settle, f"{k} entries held by the tasks") for k, v in entries.items()},
         "broker_disk": judge(broker, settle, "broker data bytes (input topics keep 10 min)"),
         "max_backlog_age_s_after_settling": round(max(judged_age), 2) if judged_age else None,
     }
