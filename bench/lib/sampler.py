@@ -66,6 +66,7 @@ def parse(page):
             s["backlog_age" if name == "tidemark_backlog_age_seconds" else "lag"][key] = value
         elif name.startswith("tidemark_") and (
             name.endswith("_total") or name.startswith("tidemark_outbox") or name.startswith("tidemark_state_")
+            or name == "tidemark_task_entries"
         ):
             extra = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
             s["counters"][name[len("tidemark_"):] + (f"{{{extra}}}" if extra else "")] = value
