@@ -5,6 +5,7 @@ use tidemark::cli::{ActionsCommand, BatchCommand, Cli, Command, QueryCommand};
 use tidemark::cmd;
 use tidemark_topology::config;
 
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -110,8 +110,10 @@ PY
 }
 # start_tidemark TOPOLOGY STATE_DIR GROUP HTTP_PORT LOG PIDFILE: background `tidemark run`, pid in PIDFILE.
 # Rules in act mode refuse to start unsigned: the bench signs with a fixed key.
+# TM_ENV: more NAME=VALUE pairs for the processor's environment only (soak.sh's HEAP_PROFILE
+# preloads jemalloc there, not into the generator).
 start_tidemark() {
-  TIDEMARK_WEBHOOK_SECRET="${TIDEMARK_WEBHOOK_SECRET:-bench-signing-key}" "$BIN" run --bootstrap "$BOOT" --topology "$1" --state-dir "$2" --group "$3" --http-addr "127.0.0.1:$4" \
+  env TIDEMARK_WEBHOOK_SECRET="${TIDEMARK_WEBHOOK_SECRET:-bench-signing-key}" ${TM_ENV:-} "$BIN" run --bootstrap "$BOOT" --topology "$1" --state-dir "$2" --group "$3" --http-addr "127.0.0.1:$4" \
     --backlog-probe-every 1 --log warn ${TM_EXTRA:-} 2>> "$5" >/dev/null &
   echo $! > "$6"
 }

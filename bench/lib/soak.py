@@ -25,6 +25,11 @@ def seconds(span):
     return float(span[:-1]) * unit
 
 
+def settle_s(dedup_retention, window_retention):
+    """The settling time: the longer retention plus two minutes."""
+    return max(seconds(dedup_retention), seconds(window_retention)) + 120
+
+
 def slope(points):
     n = len(points)
     if n < 2:
@@ -68,7 +73,7 @@ def main():
     actions = load_jsonl(opt(args, "--actions"))
     t0 = meta.get("start") or (samples[0]["t"] if samples else 0)
     end = meta.get("end") or (samples[-1]["t"] if samples else t0)
-    settle = max(seconds(meta.get("dedup_retention", "5m")), seconds(meta.get("window_retention", "10m"))) + 120
+    settle = settle_s(meta.get("dedup_retention", "5m"), meta.get("window_retention", "10m"))
 
     state = [(d["t"] - t0, d["state_bytes"]) for d in disk if d.get("state_bytes")]
     broker = [(d["t"] - t0, d["broker_bytes"]) for d in disk if d.get("broker_bytes")]
