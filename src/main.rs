@@ -5,9 +5,9 @@ use tidemark::cli::{ActionsCommand, BatchCommand, Cli, Command, QueryCommand};
 use tidemark::cmd;
 use tidemark_topology::config;
 
-#[cfg(feature = "mimalloc")]
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

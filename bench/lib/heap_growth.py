@@ -16,6 +16,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from soak import judge  # noqa: E402
+
 STACK_TOTAL = re.compile(r"^\s*t\*:\s*(\d+):\s*(\d+)\s*\[")
 
 
@@ -76,10 +79,14 @@ def main():
         if len(after) < 2:
             out.write(f"\nfewer than two dumps after the settle ({settle:.0f} s): no growth report\n")
             return
+        # The heap saws with the memtables (tens of MB): the trend is the least-squares
+        # slope over every dump after the settle, judged as soak.py judges the RSS.
+        trend = judge([(s["t"], s["live_heap_bytes"]) for s in series], settle, "estimated live heap bytes")
+        out.write(f"\n# live heap after the settle: {json.dumps(trend)}\n")
         first, last = after[0], after[-1]
         minutes = (last["t"] - first["t"]) / 60
         grew = (last["live_heap_bytes"] - first["live_heap_bytes"]) / 1e6
-        out.write(f"\n# growth from t={first['t']:.0f} s to t={last['t']:.0f} s ({minutes:.1f} min): {grew:+.1f} MB of live heap\n")
+        out.write(f"# between the first dump after the settle and the last, t={first['t']:.0f} s to t={last['t']:.0f} s ({minutes:.1f} min): {grew:+.1f} MB of live heap (one dump each: inside the sawtooth)\n")
         base, end = (os.path.join(heap_dir, s["dump"]) for s in (first, last))
         out.write("\n## what grew, by the function that allocated it (jeprof --base, flat)\n")
         out.write(jeprof(binary, end, base=base))

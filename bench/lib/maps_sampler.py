@@ -4,8 +4,9 @@
     maps_sampler.py OUT.jsonl --pidfile FILE [--every 30]
 
 One JSON line per sample: {"t", "rss_bytes", "by": {class: bytes}} with the classes
-- mimalloc: the allocator of the Rust code (tidemark's global allocator). It reserves its
-  arenas as 1 GiB (or larger) anonymous mappings;
+- mimalloc: anonymous mappings of 1 GiB or more, the arenas mimalloc (tidemark's allocator
+  until soak run 9) reserves. jemalloc (the allocator since) maps its extents at any size, so
+  under it this class and anon_other both hold the heap: read their sum;
 - glibc_main: glibc's main arena ([heap], grown by brk);
 - glibc_arenas: glibc's per-thread arenas, 64 MiB-aligned anonymous heaps. C and C++
   libraries allocate here: RocksDB (block cache, memtables, compaction buffers) and librdkafka;
