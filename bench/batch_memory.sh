@@ -87,8 +87,8 @@ for _ in $(seq 50); do CLOSE="$(pgrep -P "$TIMED" | head -1)"; [ -n "$CLOSE" ] &
 while [ -n "$CLOSE" ] && kill -0 "$CLOSE" 2>/dev/null; do
   rss="$(awk '/VmRSS/{print $2}' "/proc/$CLOSE/status" 2>/dev/null || true)"
   # The scratch store the close has open (one per partition, deleted after it).
-  store="$(find "/proc/$CLOSE/fd" -maxdepth 1 -lname '*tidemark-dedup-*' -printf '%l\n' 2>/dev/null \
-    | grep -o '.*/tidemark-dedup-[^/]*' | head -1 || true)"
+  store="$(find "/proc/$CLOSE/fd" -maxdepth 1 -lname '*tidemark-scratch-dedup-*' -printf '%l\n' 2>/dev/null \
+    | grep -o '.*/tidemark-scratch-dedup-[^/]*' | head -1 || true)"
   dedup="$([ -n "$store" ] && du -sb "$store" 2>/dev/null | cut -f1 || true)"
   read_n="$(tail -1 "$WORK/close.log" 2>/dev/null | grep -o '[0-9]*/[0-9]* records' | cut -d/ -f1 || true)"
   echo "$(date +%s.%N) ${rss:--} ${dedup:--} ${read_n:--}" >> "$WORK/samples.txt"

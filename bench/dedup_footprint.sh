@@ -3,7 +3,7 @@
 # compaction, expiry by compaction, never by scans). Builds the committed example, refuses a
 # dirty tree unless ALLOW_DIRTY=1, writes N entries (default 50 M) into a fresh store, and
 # records bytes per entry, batched lookup cost per id and the time compaction takes to expire
-# them all, with the git revision, in results/dedup_footprint.json.
+# them all, with the git revision, in results/dedup_footprint.json (plot: .png).
 #
 #   bench/dedup_footprint.sh [N=50000000] [DIR=/tmp/tidemark-dedup-footprint]
 set -euo pipefail
@@ -29,3 +29,4 @@ r["verdict"] = "met" if r["bytes_per_entry"] <= 48 else "missed"
 print(json.dumps(r, indent=2))
 PY
 cat bench/results/dedup_footprint.json
+python3 bench/lib/footprint_plot.py dedup bench/results/dedup_footprint.json bench/results/dedup_footprint.png

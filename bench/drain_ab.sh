@@ -9,8 +9,9 @@
 # fresh group over the same orders topic, runs velocity_spike in `act` mode POSTing to its own
 # receiver file, and exits at the end of the log (`--exit-at-end`). Measured per run: wall
 # time, CPU seconds of the processor (all threads), peak RSS, load average before.
-# Checked per run: the action keys and the POST count equal those of the first measured run
-# (a run that differs fails the script: a faster wrong binary is not a result).
+# Checked per run: the set of action keys equals that of the first measured run (a run that
+# differs fails the script: a faster wrong binary is not a result); POSTs re-sent under the
+# same key (dispatcher retries) are counted and reported (bench/lib/drain_ab.py).
 # Env: KAFKA_PORT (39092), PARTITIONS (4), EVENT_BYTES (1024), NAME (drain_ab).
 # Output: bench/results/$NAME.json (medians, spreads, ratio), raw runs in
 # bench/results/raw/$NAME-runs.jsonl, plot bench/results/$NAME.png.

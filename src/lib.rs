@@ -10,6 +10,8 @@
 //! - [`dispatch`]: the idempotent, signed HTTP dispatcher of actions (one classified POST per call).
 //! - [`kafka`]: client settings, topic admin, consumer context, output producer, bounded reads.
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
+//! - [`scratch`]: throwaway store directories (batch dedup, shadow replays), locked while in
+//!   use; the sweep of those a killed run left in `TMPDIR`.
 //! - [`signal`]: graceful stop on SIGTERM/SIGINT (a second signal exits at once).
 //! - [`status`]: the live status line and final summary.
 //! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
@@ -24,6 +26,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod failpoint;
 pub mod kafka;
+pub mod scratch;
 pub mod signal;
 pub mod status;
 pub mod stream;

@@ -1,7 +1,9 @@
 //! Outbox scan cost (issue 15 item 2): N rows of ~600 bytes in 4 SKU partitions, 1 % of them
 //! pending. Times finding the pending rows through the pending index against reading every
 //! row (what the runtime did before the indexes), and the expiry of the older half of the
-//! final rows through the event-time index. Prints one JSON object.
+//! final rows through the event-time index. Memory per phase: the RSS before it and the peak
+//! RSS during it (the peak is reset between phases through `/proc/self/clear_refs`), so the
+//! pending path's memory is its own, not the full scan's. Prints one JSON object.
 //!
 //! ```sh
 //! cargo run --release -p tidemark-state --example outbox_scan -- 1000000 /path/to/dir
@@ -12,6 +14,26 @@ use std::time::Instant;
 use tidemark_state::{OutboxIndex, PartitionId, Store, StoreOptions};
 
 const PARTITIONS: i32 = 4;
+
+/// A `/proc/self/status` field in kB (`VmRSS`, `VmHWM`), 0 where unknown.
+fn status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix(" kB")?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts a phase: resets the peak RSS (Linux: `5` to clear_refs) and returns the RSS now.
+fn phase_start() -> u64 {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    status_kb("VmRSS")
+}
+
+/// `"name":{"rss_before_kb":…,"peak_rss_kb":…}` for a phase started at `before`.
+fn phase_json(name: &str, before: u64) -> String {
+    format!("\"{name}\":{{\"rss_before_kb\":{before},\"peak_rss_kb\":{}}}", status_kb("VmHWM"))
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -33,13 +55,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     batch.commit()?;
 
+    let before = phase_start();
     let t = Instant::now();
     let mut pending = 0usize;
     for p in 0..PARTITIONS {
         pending += store.outbox_pending(PartitionId::sku(p))?.len();
     }
     let pending_ms = t.elapsed().as_secs_f64() * 1e3;
+    let pending_mem = phase_json("pending_scan_memory", before);
 
+    let before = phase_start();
     let t = Instant::now();
     let mut all = 0usize;
     let mut all_bytes = 0usize;
@@ -49,8 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         all_bytes += rows.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
     }
     let full_ms = t.elapsed().as_secs_f64() * 1e3;
+    let full_mem = phase_json("full_scan_memory", before);
 
     // Expire the older half of the final rows: retention = half the span of event times.
+    let before = phase_start();
     let t = Instant::now();
     let mut expired = 0usize;
     for p in 0..PARTITIONS {
@@ -63,10 +90,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let expire_ms = t.elapsed().as_secs_f64() * 1e3;
+    let expire_mem = phase_json("expire_memory", before);
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "{{\"rows\":{n},\"pending\":{pending},\"pending_scan_ms\":{pending_ms:.1},\"full_scan_rows\":{all},\"full_scan_bytes\":{all_bytes},\"full_scan_ms\":{full_ms:.1},\"expired\":{expired},\"expire_ms\":{expire_ms:.1}}}"
+        "{{\"rows\":{n},\"pending\":{pending},\"pending_scan_ms\":{pending_ms:.1},\"full_scan_rows\":{all},\"full_scan_bytes\":{all_bytes},\"full_scan_ms\":{full_ms:.1},\"expired\":{expired},\"expire_ms\":{expire_ms:.1},{pending_mem},{full_mem},{expire_mem}}}"
     );
     Ok(())
 }

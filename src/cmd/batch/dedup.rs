@@ -14,11 +14,12 @@
 
 use std::collections::HashMap;
 
-use tempfile::TempDir;
 use tidemark_state::{PartitionId, Store, StoreOptions};
 use tidemark_topology::event::CanonicalEvent;
 use tidemark_topology::finance::{self, DedupScope};
 use tidemark_topology::reject::Rejection;
+
+use crate::scratch::Scratch;
 
 /// Records per batched lookup.
 pub const CHUNK: usize = 16_384;
@@ -38,7 +39,7 @@ pub struct PartitionDedup {
     store: Store,
     retention_ms: i64,
     chunk: usize,
-    _dir: TempDir,
+    _dir: Scratch,
 }
 
 impl DiskDedup {
@@ -56,7 +57,8 @@ impl DiskDedup {
     /// An empty scratch store for `partition`'s ids. Every fold of that partition (an
     /// adjustment primes it with the earlier range, then folds the new one) goes through it.
     pub fn partition(&self, partition: i32) -> anyhow::Result<PartitionDedup> {
-        let dir = tempfile::Builder::new().prefix("tidemark-dedup-").tempdir()?;
+        // Locked while in use; a killed run's directory is swept by the next one.
+        let dir = Scratch::create("dedup")?;
         // Throwaway: nothing to recover after a crash (no WAL, no fsync).
         let opts = StoreOptions {
             owner: "batch-dedup".into(),

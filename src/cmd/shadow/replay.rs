@@ -95,7 +95,7 @@ enum Cuts {
 }
 
 fn replay(src: &dyn Source, cfg: &TaskConfig, chunk: usize, coalesce: bool, cuts: Cuts) -> anyhow::Result<Published> {
-    let dir = tempfile::tempdir()?;
+    let dir = crate::scratch::Scratch::create("shadow")?;
     let store = Store::open(dir.path(), &StoreOptions { owner: "shadow".into(), ..StoreOptions::default() })?;
     let mut runner = SliceRunner::new(&store, cfg.clone(), chunk, coalesce, Default::default());
     let mut published = Published::default();
