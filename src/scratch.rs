@@ -5,8 +5,8 @@
 //! cannot delete its scratch stores, and a 100 M-event range leaves gigabytes in `TMPDIR`:
 //! a command that crash-loops would fill the disk. So every scratch directory holds
 //! `owner.lock`, locked (`flock`) by the process for as long as the directory is in use.
-//! The kernel drops the lock when the process dies, however it dies. Each new scratch
-//! directory first sweeps its parent: a `tidemark-scratch-*` directory whose lock can be
+//! The kernel drops the lock when the process dies, however it dies. The first scratch
+//! directory a process makes sweeps its parent first: a `tidemark-scratch-*` directory whose lock can be
 //! taken has no owner left, and is removed.
 //!
 //! Two cases are left alone: a directory modified less than [`GRACE`] ago (it may be being
@@ -16,6 +16,7 @@
 use std::fs::{self, File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Once;
 use std::time::{Duration, SystemTime};
 
 use tempfile::TempDir;
@@ -36,10 +37,14 @@ pub struct Scratch {
 
 impl Scratch {
     /// A new scratch directory under the system's temp dir (`TMPDIR`), named
-    /// `tidemark-scratch-<what>-…`, after sweeping what dead processes left there.
+    /// `tidemark-scratch-<what>-…`. The first one a process makes sweeps what dead processes
+    /// left there (a close makes one per partition; one sweep is enough).
     pub fn create(what: &str) -> io::Result<Scratch> {
+        static SWEPT: Once = Once::new();
         let parent = std::env::temp_dir();
-        sweep(&parent, GRACE);
+        SWEPT.call_once(|| {
+            sweep(&parent, GRACE);
+        });
         Scratch::create_in(&parent, what)
     }
 

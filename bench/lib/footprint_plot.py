@@ -44,7 +44,7 @@ def outbox(r, png):
     w = 0.25
     xs = range(len(runs))
     for k, (key, name) in enumerate([("pending_scan_ms", "pending rows (index)"), ("full_scan_ms", "every row"), ("expire_ms", "expire older half")]):
-        ax[0].bar([x + (k - 1) * w for x in xs], [run.get(key, run.get("expire_494996_final_rows_ms", 0) if key == "expire_ms" else 0) for run in runs], w, label=name)
+        ax[0].bar([x + (k - 1) * w for x in xs], [run[key] for run in runs], w, label=name)
     ax[0].set_xticks(list(xs), labels)
     ax[0].set_ylabel("ms")
     ax[0].set_title(f"{r['rows'] / 1e6:g} M rows, {r['pending'] / 1e3:g} k pending")
