@@ -3,10 +3,10 @@
 #   helm lint (default values, helm/ci-values.yaml, and values the schema must reject),
 #   helm template, kubeconform -strict against Kubernetes and Prometheus Operator JSON
 #   schemas generated locally, chart contract checks (incl. the optional micro-batch
-#   StatefulSet and finance close CronJob, both on in helm/ci-values.yaml), the flags the chart
-#   passes checked against `tidemark <command> --help`, promtool check/test rules on the
-#   PrometheusRule, the Grafana dashboard JSON, and the metric names used by both against
-#   helm/metric-names.txt.
+#   StatefulSet, finance close CronJob and snapshot volume, all on in helm/ci-values.yaml),
+#   the flags the chart passes checked against `tidemark <command> --help`, promtool
+#   check/test rules on the PrometheusRule, the Grafana dashboard JSON, and the metric names
+#   used by both against helm/metric-names.txt.
 # Idempotent. First run: builds helm, kubeconform and promtool from the Go module proxy
 # (nice -n 19) into $TIDEMARK_CACHE/bin and generates the schemas into
 # $TIDEMARK_CACHE/k8s-schemas (TIDEMARK_CACHE defaults to ~/.cache/tidemark). Later runs
@@ -166,6 +166,19 @@ check "schema rejects podLabels app.kubernetes.io/component" lint_rejects --set 
 check "schema rejects admin.expose=true without a token Secret" lint_rejects --set admin.expose=true
 check "schema rejects an extraVolumeMount over the state volume" lint_rejects --set extraVolumeMounts[0].name=x --set extraVolumeMounts[0].mountPath=/var/lib/tidemark
 check "schema rejects probes.readiness.maxLagSeconds=-1" lint_rejects --set probes.readiness.maxLagSeconds=-1
+check "schema rejects snapshots.interval=5min (s, m, h only)" lint_rejects --set snapshots.interval=5min
+check "schema rejects snapshots.interval=0m (zero)"       lint_rejects --set snapshots.interval=0m
+check "schema rejects snapshots.keep=0"                   lint_rejects --set snapshots.keep=0
+check "schema rejects snapshots.mountPath over the state volume" lint_rejects --set snapshots.mountPath=/var/lib/tidemark
+# template_fails_with MESSAGE ARGS...: helm template must fail, and say MESSAGE.
+template_fails_with() {
+  local msg=$1 out; shift
+  if out="$("$HELM" template tidemark "$CHART" --namespace "$NAMESPACE" "${KV[@]}" "$@" 2>&1)"; then echo "accepted: $*"; return 1; fi
+  grep -qF "$msg" <<<"$out" || { echo "$out"; return 1; }
+}
+check "snapshots.enabled without existingClaim fails, naming snapshots.existingClaim" \
+  template_fails_with "snapshots.enabled needs snapshots.existingClaim: the name of an existing ReadWriteMany PersistentVolumeClaim" \
+  --set snapshots.enabled=true
 
 # render OUT [helm args...]: helm template into OUT (release "tidemark").
 render() { local out=$1; shift; "$HELM" template tidemark "$CHART" --namespace "$NAMESPACE" "${KV[@]}" "$@" >"$out"; }
@@ -176,17 +189,24 @@ check "helm template (ci-values.yaml)" render "$CI" -f "$CIV"
 UTCV="$WORK/utc-close-values.yaml"; UTC="$WORK/utc-close.yaml"
 printf 'financeClose:\n  timeZone: ""\n  schedule: "30 22 * * *"\n' >"$UTCV"
 check "helm template (ci-values.yaml, finance close without timeZone)" render "$UTC" -f "$CIV" -f "$UTCV"
+# Snapshots on the default values, with an h+m interval (the stale alert: 3 x 5400 = 16200 s).
+SNAPV="$WORK/snapshots-values.yaml"; SNAP="$WORK/snapshots.yaml"
+printf 'snapshots:\n  enabled: true\n  existingClaim: tidemark-snapshots\n  interval: 1h30m\nprometheusRule:\n  enabled: true\n' >"$SNAPV"
+check "helm template (default values + snapshots, interval 1h30m)" render "$SNAP" -f "$SNAPV"
 
 kc() { "$KUBECONFORM" -strict -summary -output text -schema-location "$SCHEMA_LOCATION" "$@"; }
 check "kubeconform -strict (default values)" kc "$DEF"
 check "kubeconform -strict (ci-values.yaml, incl. ServiceMonitor/PrometheusRule, micro-batch, finance close)" kc "$CI"
 check "kubeconform -strict (finance close without timeZone)" kc "$UTC"
+check "kubeconform -strict (default values + snapshots)" kc "$SNAP"
 sed 's/^  podManagementPolicy:/  podManagmentPolicy:/' "$CI" > "$WORK/typo.yaml"
 check_fails "kubeconform rejects a misspelt field (schemas are strict)" kc "$WORK/typo.yaml"
 
 check "chart contract (default values)" python3 "$HERE/tools/check_chart.py" rendered "$DEF" "$CHART/values.yaml"
 check "chart contract (ci-values.yaml)" python3 "$HERE/tools/check_chart.py" rendered "$CI" "$CHART/values.yaml" "$CIV"
 check "chart contract (finance close without timeZone)" python3 "$HERE/tools/check_chart.py" rendered "$UTC" "$CHART/values.yaml" "$CIV" "$UTCV"
+check "chart contract (snapshots: --snapshot-* args, the claim mounted, stale alert at 16200 s)" \
+  python3 "$HERE/tools/check_chart.py" rendered "$SNAP" "$CHART/values.yaml" "$SNAPV"
 # mutate RENDERED OUT PYTHON: applies PYTHON (on the list of documents `docs`) to a rendering.
 mutate() {
   python3 -c '
@@ -200,6 +220,10 @@ check_fails "chart contract catches a PDB that also selects the micro-batch pod"
   mutate '$CI' '$WORK/m1.yaml' '[d[\"spec\"][\"selector\"][\"matchLabels\"].pop(\"app.kubernetes.io/component\") for d in docs if d[\"kind\"] == \"PodDisruptionBudget\"]' && contract_of '$WORK/m1.yaml'"
 check_fails "chart contract catches a stream Service that selects the micro-batch pod" bash -c "$(declare -f mutate contract_of); HERE='$HERE' CHART='$CHART' CIV='$CIV';
   mutate '$CI' '$WORK/m2.yaml' '[d[\"spec\"][\"selector\"].pop(\"app.kubernetes.io/component\") for d in docs if d[\"kind\"] == \"Service\" and d[\"metadata\"][\"name\"].endswith(\"-headless\")]' && contract_of '$WORK/m2.yaml'"
+check_fails "chart contract catches a stream pod without its snapshot volume" bash -c "$(declare -f mutate); HERE='$HERE' CHART='$CHART';
+  mutate '$SNAP' '$WORK/m5.yaml' 'c = [d for d in docs if d[\"kind\"] == \"StatefulSet\"][0][\"spec\"][\"template\"][\"spec\"][\"containers\"][0]
+c[\"volumeMounts\"] = [m for m in c[\"volumeMounts\"] if m[\"name\"] != \"snapshots\"]' &&
+  python3 '$HERE/tools/check_chart.py' rendered '$WORK/m5.yaml' '$CHART/values.yaml' '$SNAPV'"
 check_fails "chart contract catches a CronJob without concurrencyPolicy Forbid" bash -c "
   sed 's/concurrencyPolicy: Forbid/concurrencyPolicy: Allow/' '$CI' > '$WORK/m3.yaml' &&
   python3 '$HERE/tools/check_chart.py' rendered '$WORK/m3.yaml' '$CHART/values.yaml' '$CIV'"

@@ -233,6 +233,21 @@ pub struct RunArgs {
     /// log agree only because the timestamps are stored. Without it, start is refused.
     #[arg(long)]
     pub allow_create_time: bool,
+    /// Keep a snapshot of every owned partition's state in this directory, shared by all
+    /// pods (a ReadWriteMany volume). A partition assigned to a pod that holds no newer state
+    /// for it (a new pod, a moved partition, a wiped volume) is restored from its newest
+    /// snapshot and replays only the log after it. Off when not given (docs/operations.md,
+    /// "Snapshots").
+    #[arg(long, env = "TIDEMARK_SNAPSHOT_DIR")]
+    pub snapshot_dir: Option<PathBuf>,
+    /// How often each owned partition that moved is exported (humantime, e.g. `5m`); a
+    /// final round follows the last commit on SIGTERM. Each round rewrites a moved
+    /// partition's whole state.
+    #[arg(long, env = "TIDEMARK_SNAPSHOT_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub snapshot_interval: std::time::Duration,
+    /// Snapshots kept per partition (the newest ones).
+    #[arg(long, env = "TIDEMARK_SNAPSHOT_KEEP", default_value_t = 2)]
+    pub snapshot_keep: usize,
 }
 
 #[derive(Args, Debug)]

@@ -12,6 +12,8 @@
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
 //! - [`scratch`]: throwaway store directories (batch dedup, shadow replays), locked while in
 //!   use; the sweep of those a killed run left in `TMPDIR`.
+//! - [`snapshot`]: per-partition state snapshots in a shared directory, and the restore of
+//!   a moved or lost partition from them.
 //! - [`signal`]: graceful stop on SIGTERM/SIGINT (a second signal exits at once).
 //! - [`status`]: the live status line and final summary.
 //! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
@@ -28,6 +30,7 @@ pub mod failpoint;
 pub mod kafka;
 pub mod scratch;
 pub mod signal;
+pub mod snapshot;
 pub mod status;
 pub mod stream;
 pub mod telemetry;

@@ -326,3 +326,80 @@ fn a_kill_between_a_2xx_and_the_outbox_update_and_the_whole_log_replayed_create_
     }
     eprintln!("{} keys, {repeats} repeated across the crash", got.len());
 }
+
+/// [`GEN_ACTIONS`] continued: another seed (other event ids) five minutes of event time later.
+fn gen_actions_later() -> Vec<&'static str> {
+    let mut args = GEN_ACTIONS.to_vec();
+    let seed = args.iter().position(|a| *a == "--seed").expect("GEN_ACTIONS sets a seed");
+    args[seed + 1] = "22";
+    args.extend(["--start", "2026-11-28T00:05:00Z"]);
+    args
+}
+
+#[test]
+fn a_volume_lost_and_restored_from_an_older_snapshot_replays_only_the_log_after_it_and_sends_no_completed_action_again()
+{
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let reference_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let all_act = firing_rules("act", "act", "act");
+    let s = scenario(&all_act, server.url("/a").as_str(), server.url("/n").as_str());
+    let (snapshots, older) = (tempfile::tempdir().expect("tmp"), tempfile::tempdir().expect("tmp"));
+    let group = unique("g");
+    let run = |state: &std::path::Path, dir: &std::path::Path| {
+        run_to_end_with(&s.topo, state, &group, &[("TIDEMARK_SNAPSHOT_DIR", dir.to_str().expect("utf-8 path"))])
+    };
+
+    // Part one of the history; the run snapshots every partition when it stops.
+    generate(&s.orders, GEN_ACTIONS);
+    run(s._state.path(), snapshots.path());
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", snapshots.path().display()))
+        .arg(older.path())
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let after_one = by_key(&server.requests());
+    // Part two, on the same volume: its actions are delivered and audited after that snapshot.
+    let later = generate(&s.orders, &gen_actions_later());
+    run(s._state.path(), snapshots.path());
+    let after_two = by_key(&server.requests());
+    let since: Vec<&String> = after_two.keys().filter(|k| !after_one.contains_key(*k)).collect();
+    assert!(
+        !after_one.is_empty() && !since.is_empty(),
+        "both parts fire actions: {} then {}",
+        after_one.len(),
+        since.len()
+    );
+
+    // The volume is lost, and with it the newer snapshots: only part one's are left.
+    let fresh = tempfile::tempdir().expect("tmp");
+    let log = run(fresh.path(), older.path());
+    assert!(log.contains("restored from snapshot"), "the partitions came from the snapshot:\n{log}");
+    assert_eq!(
+        processed(&log),
+        later["records"].as_u64().expect("count"),
+        "only the log after the snapshot is replayed (orders and inventory records of part two)"
+    );
+    let after_restore = by_key(&server.requests());
+    for (key, bodies) in &after_restore {
+        assert_eq!(bodies.len(), 1, "{key} was POSTed {} times", bodies.len());
+    }
+    assert_eq!(after_restore.keys().collect::<Vec<_>>(), after_two.keys().collect::<Vec<_>>(), "no key new or missing");
+    let settled: Vec<String> = audit(&s)
+        .iter()
+        .filter(|r| r["event"] == "settled")
+        .filter_map(|r| r["key"].as_str().map(str::to_string))
+        .collect();
+    let mut expected: Vec<String> = since.iter().map(|k| k.to_string()).collect();
+    expected.sort();
+    let mut settled_sorted = settled.clone();
+    settled_sorted.sort();
+    assert_eq!(settled_sorted, expected, "every action completed after the snapshot is recorded as settled, once");
+
+    // The dashboard ends where a run that never lost anything ends.
+    let reference = sibling(&s, &all_act, reference_server.url("/a").as_str(), |t| t);
+    run_through(&reference, &reference_server);
+    assert_eq!(compacted(&s.topo.dashboard), compacted(&reference.topo.dashboard), "dashboard values");
+}

@@ -124,9 +124,15 @@ fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page
     let t = topology(&orders, &unique("run-metrics"));
     create_topics(&t);
     generate(&orders, &["--events", "3000", "--rate", "100", "--seed", "5", "--malformed-fraction", "0.05"]);
-    let state = tempfile::tempdir().expect("tmp");
+    let (state, snapshots) = (tempfile::tempdir().expect("tmp"), tempfile::tempdir().expect("tmp"));
     let port = free_port();
-    let child = spawn_run(&t, state.path(), &unique("g"), &[("TIDEMARK_HTTP_ADDR", &format!("127.0.0.1:{port}"))]);
+    let env = [
+        ("TIDEMARK_HTTP_ADDR", format!("127.0.0.1:{port}")),
+        ("TIDEMARK_SNAPSHOT_DIR", snapshots.path().display().to_string()),
+        ("TIDEMARK_SNAPSHOT_INTERVAL", "1s".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let child = spawn_run(&t, state.path(), &unique("g"), &env);
     let mut child = scopeguard(child);
     wait_for(Duration::from_secs(60), "start-up", || (http("GET", port, "/startupz")?.0 == 200).then_some(()));
     assert_eq!(http("GET", port, "/healthz").map(|r| r.0), Some(200), "live once started");
@@ -135,7 +141,8 @@ fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page
         let n = metric(&page, "tidemark_records_total").first().map(|(_, v)| *v)?;
         let committed = !metric(&page, "tidemark_checkpoint_duration_seconds_count").is_empty();
         let ready = http("GET", port, "/readyz")?.0 == 200;
-        (n >= 3000.0 && committed && ready).then_some(page)
+        let snapshotted = !metric(&page, "tidemark_snapshot_duration_seconds_count").is_empty();
+        (n >= 3000.0 && committed && ready && snapshotted).then_some(page)
     });
     let missing = missing_names(&page, |n| !n.starts_with("tidemark_microbatch_"));
     assert!(missing.is_empty(), "metrics used by the chart but absent from /metrics: {missing:?}\n{page}");

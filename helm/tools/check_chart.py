@@ -12,7 +12,9 @@
       yesterday, concurrencyPolicy Forbid, a schedule after the cutoff); the admin listener
       (loopback unless exposed with a token Secret, never on the metrics Service), the probes
       (/startupz, the readiness bound), Secret checksum annotations, extra volumes, the
-      optional NetworkPolicy and the `helm test` Pod.
+      optional NetworkPolicy and the `helm test` Pod; the optional snapshot volume (the
+      existing ReadWriteMany claim mounted writable in the stream's pods only, the
+      --snapshot-* flags, and the snapshot alerts with 3 x the interval).
 
   check_chart.py flags RENDERED.yaml TIDEMARK
       Every --flag the rendered containers pass to tidemark is listed by
@@ -132,8 +134,10 @@ def rendered(path, values_files):
     if webhook_secret:
         wv = vols.get(mounts.get("/etc/tidemark/webhook", {}).get("name", ""), {})
         check(wv.get("secret", {}).get("secretName") == webhook_secret, "webhook Secret mounted at /etc/tidemark/webhook")
+    snap = values.get("snapshots", {})
+    writable = ("/var/lib/tidemark", "/tmp", snap["mountPath"] if snap.get("enabled") else None)
     for m in mounts.values():
-        if m["mountPath"] not in ("/var/lib/tidemark", "/tmp"):
+        if m["mountPath"] not in writable:
             check(m.get("readOnly") is True, f"{m['mountPath']} mounted read-only")
 
     cms = {cm["metadata"]["name"]: cm for cm in by_kind.get("ConfigMap", [])}
@@ -174,6 +178,50 @@ def rendered(path, values_files):
 
     workloads(values, by_kind, sts, topo, vols, mounts)
     operations(values, by_kind, sts, metrics[0] if metrics else None)
+    snapshots(values, by_kind, sts)
+
+
+def snapshots(values, by_kind, sts):
+    """The snapshot volume: an existing RWX claim, mounted writable in the stream's pods only."""
+    snap = values.get("snapshots", {})
+    on = bool(snap.get("enabled"))
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    args = c.get("args", [])
+    arg = lambda flag: args[args.index(flag) + 1] if flag in args else None
+    flags = ("--snapshot-dir", "--snapshot-interval", "--snapshot-keep")
+    if on:
+        check(arg("--snapshot-dir") == snap["mountPath"], f"--snapshot-dir {snap['mountPath']} (got {arg('--snapshot-dir')})")
+        check(arg("--snapshot-interval") == str(snap["interval"]), "--snapshot-interval from snapshots.interval")
+        check(arg("--snapshot-keep") == str(snap["keep"]), "--snapshot-keep from snapshots.keep")
+        mount = [m for m in c.get("volumeMounts", []) if m["mountPath"] == snap["mountPath"]]
+        check(len(mount) == 1 and not mount[0].get("readOnly"), f"snapshot volume mounted writable at {snap['mountPath']}")
+        vols = {v["name"]: v for v in pod.get("volumes", [])}
+        vol = vols.get(mount[0]["name"], {}) if mount else {}
+        check(vol.get("persistentVolumeClaim", {}).get("claimName") == snap["existingClaim"] and snap["existingClaim"],
+              "snapshot volume is the existing claim snapshots.existingClaim (shared, not per pod)")
+        check(all(t["metadata"]["name"] == "state" for t in sts["spec"].get("volumeClaimTemplates", [])),
+              "no volumeClaimTemplate for snapshots (one claim shared by every pod)")
+    else:
+        check(not any(f in args for f in flags), "no --snapshot-* flag when snapshots.enabled is false")
+        check(not any(v["name"] == "snapshots" for v in pod.get("volumes", [])), "no snapshot volume when disabled")
+    for d in by_kind.get("StatefulSet", []) + by_kind.get("CronJob", []):
+        if d is sts:
+            continue
+        spec = d["spec"]["jobTemplate"]["spec"] if d["kind"] == "CronJob" else d["spec"]
+        for x in spec["template"]["spec"]["containers"]:
+            check(not any(f in x.get("args", []) for f in flags), f"{d['metadata']['name']}: no --snapshot-* flag (stream only)")
+        check(not any(v["name"] == "snapshots" for v in spec["template"]["spec"].get("volumes", [])),
+              f"{d['metadata']['name']}: no snapshot volume (stream only)")
+    rules = {r.get("alert"): r for pr in by_kind.get("PrometheusRule", []) for g in pr["spec"]["groups"] for r in g["rules"]}
+    if values["prometheusRule"]["enabled"]:
+        names = ("TidemarkSnapshotStale", "TidemarkSnapshotFailing")
+        check(all((n in rules) == on for n in names), "snapshot alerts exactly when snapshots.enabled")
+        interval = minutes(str(snap.get("interval", "")))
+        if on and interval is not None and "TidemarkSnapshotStale" in rules:
+            stale = round(interval * 60 * 3)
+            check(re.search(rf"> {stale}\b", rules["TidemarkSnapshotStale"]["expr"]) is not None,
+                  f"TidemarkSnapshotStale fires above 3 x snapshots.interval = {stale} s")
 
 
 def operations(values, by_kind, sts, metrics_svc):

@@ -11,9 +11,9 @@
       Extracts the PrometheusRule(s) from `helm template` output, writes their spec as a
       plain Prometheus rules file (for `promtool check rules`), and checks that every
       tidemark_* name in the expressions and annotations is in METRIC_NAMES.txt and that
-      label values used for outcome/segment are the exported ones. With --sanity, also a
-      structural PromQL check (balanced brackets and quotes, known functions, durations),
-      the fallback when promtool is not available. --out-bare writes the rules without
+      label values used for outcome/segment are the ones the selector's metric exports.
+      With --sanity, also a structural PromQL check (balanced brackets and quotes, known
+      functions, durations), the fallback when promtool is not available. --out-bare writes the rules without
       annotations, for `promtool test rules` (whose expected alerts then need no annotations).
 
 Histogram series (_bucket, _sum, _count) count as their base name. Exit 1 on any failure.
@@ -30,6 +30,11 @@ LABEL_VALUES = {
     "outcome": {"delivered", "conflict", "retry", "permanent_failure"},
     "segment": {"append_to_consume", "consume_to_commit", "commit_to_dispatch", "dispatch_to_ack", "end_to_end"},
 }
+# Metrics whose label takes other values than LABEL_VALUES says (checked within their selector).
+METRIC_LABEL_VALUES = {
+    ("tidemark_snapshots_total", "outcome"): {"ok", "failed"},
+}
+SELECTOR_RE = re.compile(r"(?:\b(tidemark_[a-zA-Z0-9_]+))?\s*\{([^{}]*)\}")
 DURATION_RE = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 PROMQL_FUNCS = {
     "abs", "absent", "absent_over_time", "avg_over_time", "ceil", "changes", "clamp", "clamp_max",
@@ -78,13 +83,16 @@ def check_names(texts, known, where):
                 fail(f"{where}: metric {m} is not in metric-names.txt")
             else:
                 used.add(b)
-        # Label values for the labels with a fixed set of values.
-        for label, allowed in LABEL_VALUES.items():
-            for op, val in re.findall(label + r'\s*(=~|!~|!=|=)\s*"([^"]*)"', text):
-                vals = val.split("|") if op in ("=~", "!~") else [val]
-                for v in vals:
-                    if v and v not in allowed and not v.startswith("$"):
-                        fail(f"{where}: {label}={v!r} is not an exported value ({sorted(allowed)})")
+        # Label values for the labels with a fixed set of values, per selector (its metric's).
+        for metric, matchers in SELECTOR_RE.findall(text):
+            metric = base_name(metric, known) if metric else None
+            for label, default in LABEL_VALUES.items():
+                allowed = METRIC_LABEL_VALUES.get((metric, label), default)
+                for op, val in re.findall(label + r'\s*(=~|!~|!=|=)\s*"([^"]*)"', matchers):
+                    vals = val.split("|") if op in ("=~", "!~") else [val]
+                    for v in vals:
+                        if v and v not in allowed and not v.startswith("$"):
+                            fail(f"{where}: {label}={v!r} is not an exported value of {metric or 'this selector'} ({sorted(allowed)})")
     return used
 
 

@@ -36,6 +36,12 @@ pub(super) fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: 
             ctx.audit(&row, "shadow", None, None).await;
             return;
         }
+        if row.state == RowState::Pending {
+            if let Some(outcome) = ctx.settled.take(&row.key) {
+                ctx.settle(id, row, outcome).await;
+                return;
+            }
+        }
         if from_scan && row.attempts > 0 {
             counter!("tidemark_dispatch_redeliveries_total").increment(1);
             // The log outlives the process: chaos counts these lines, including those of
@@ -105,6 +111,25 @@ impl Ctx {
                     tokio::time::sleep(after).await;
                 }
             }
+        }
+        if let Ok(mut f) = self.in_flight.lock() {
+            f.remove(&row.key);
+        }
+    }
+
+    /// A row whose outcome the audit topic recorded before its partition was restored from a
+    /// snapshot (see [`super::settled`]): stored with that outcome and audited, not sent.
+    async fn settle(&self, id: PartitionId, mut row: OutboxRow, outcome: RowState) {
+        row.state = outcome;
+        if self.persist(id, &row).await {
+            counter!("tidemark_dispatch_settled_from_audit_total").increment(1);
+            let status = match outcome {
+                RowState::Delivered { status } | RowState::Failed { status } => Some(status),
+                RowState::Conflict => Some(409),
+                RowState::Pending | RowState::Shadow => None,
+            };
+            let reason = "completed before the partition was restored from a snapshot; not sent again";
+            self.audit(&row, "settled", status, Some(reason.into())).await;
         }
         if let Ok(mut f) = self.in_flight.lock() {
             f.remove(&row.key);

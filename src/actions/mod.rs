@@ -36,6 +36,8 @@
 //! - [`deliver`]: one row from start to its durable outcome.
 //! - [`audit`]: [`AuditRecord`] and the audit topic.
 //! - [`dead_letter`]: the action dead-letter topic.
+//! - [`settled`]: outcomes read from the audit topic after a snapshot restore; rows with
+//!   those keys are recorded as settled, not sent again.
 
 mod audit;
 mod backlog;
@@ -43,12 +45,14 @@ mod dead_letter;
 mod deliver;
 mod handover;
 mod scan;
+mod settled;
 
 pub use audit::AuditRecord;
 pub use backlog::Backlog;
 use backlog::Counted;
 pub use handover::{NotHandedOver, RowSender};
 pub use scan::pending_in_outbox;
+pub use settled::{outcome_of, Settled};
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
@@ -95,12 +99,15 @@ struct Ctx {
     stop: Arc<AtomicBool>,
     /// Final rows this far (event time) behind their partition's newest row are deleted.
     retention_ms: i64,
+    settled: Arc<Settled>,
 }
 
 pub struct ActionRuntime {
     pub rows: RowSender,
     pub owned: Owned,
     pub backlog: Arc<Backlog>,
+    /// Filled by snapshot restores (see [`settled`]).
+    pub settled: Arc<Settled>,
 }
 
 /// Starts the runtime on `rt`; returns the hand-over channel for the stream thread.
@@ -137,7 +144,9 @@ pub fn spawn(
         backlog: Arc::default(),
         stop,
         retention_ms: t.dedup_retention_ms,
+        settled: Arc::default(),
     });
+    let settled = Arc::clone(&ctx.settled);
     let (tx, mut rx) = mpsc::channel::<(PartitionId, OutboxRow)>(4096);
     let backlog = Arc::clone(&ctx.backlog);
     let owned: Owned = Arc::default();
@@ -183,7 +192,7 @@ pub fn spawn(
             }
         }
     });
-    Ok(ActionRuntime { rows: RowSender { tx, backlog: Arc::clone(&backlog) }, owned, backlog })
+    Ok(ActionRuntime { rows: RowSender { tx, backlog: Arc::clone(&backlog) }, owned, backlog, settled })
 }
 
 /// The dispatcher of `t`: its endpoints, TLS settings (files read now), and the signer

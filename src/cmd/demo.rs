@@ -100,6 +100,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         store: None,
         sku_owned: Default::default(),
         static_assignment: None,
+        snapshots: None,
     };
     // The action runtime, as in `tidemark run`: the example rules are in shadow mode, so their
     // rows are audited to the audit topic and never sent.

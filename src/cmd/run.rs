@@ -13,7 +13,7 @@ use crate::cli::RunArgs;
 use crate::engine::Stats;
 use crate::kafka::{admin, KafkaSettings};
 use crate::telemetry::{self, Progress};
-use crate::{actions, signal, status, stream};
+use crate::{actions, signal, snapshot, status, stream};
 
 /// `--admin-addr` (default `127.0.0.1:9091`, `off`) and `--admin-token-file`.
 fn admin_config(args: &RunArgs) -> anyhow::Result<Option<telemetry::admin::Config>> {
@@ -28,6 +28,28 @@ fn admin_config(args: &RunArgs) -> anyhow::Result<Option<telemetry::admin::Confi
         token_file: args.admin_token_file.clone(),
         state_dir: Some(args.state_dir.clone()),
     }))
+}
+
+/// `--snapshot-dir` and its companions; the directory is created (and must be writable).
+fn snapshot_config(
+    dir: &Option<std::path::PathBuf>,
+    interval: Duration,
+    keep: usize,
+    opts: &stream::StreamOptions,
+) -> anyhow::Result<Option<snapshot::SnapshotConfig>> {
+    let Some(dir) = dir else { return Ok(None) };
+    anyhow::ensure!(interval >= Duration::from_secs(1), "--snapshot-interval must be at least 1s");
+    anyhow::ensure!(keep >= 1, "--snapshot-keep must be at least 1");
+    std::fs::create_dir_all(dir).with_context(|| format!("--snapshot-dir {}: cannot create it", dir.display()))?;
+    let cfg = snapshot::SnapshotConfig {
+        dir: dir.clone(),
+        interval,
+        keep,
+        topology: opts.topology.name.clone(),
+        group: opts.group_id.clone(),
+    };
+    info!(dir = %dir.display(), interval = ?interval, keep, "snapshots on");
+    Ok(Some(cfg))
 }
 
 pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
@@ -109,6 +131,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         store: None,
         sku_owned: Default::default(),
         static_assignment,
+        snapshots: None,
     };
     let opening = Instant::now();
     let store = stream::open_store(&opts)?;
@@ -125,10 +148,29 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     )?;
     opts.rows = Some(actions.rows);
     opts.sku_owned = actions.owned;
+    let snapshots = snapshot_config(&args.snapshot_dir, args.snapshot_interval, args.snapshot_keep, &opts)?;
+    let taker = match &snapshots {
+        Some(cfg) => {
+            opts.snapshots = Some(Arc::new(snapshot::Restorer::new(
+                cfg,
+                opts.settings.clone(),
+                opts.topology.audit.topic.clone(),
+                Arc::clone(&actions.settled),
+            )));
+            let taken_by = opts.instance_id.clone().unwrap_or_else(|| format!("pid-{}", std::process::id()));
+            let taker = snapshot::Taker::new(cfg.clone(), Arc::clone(&store), Arc::clone(&opts.progress), taken_by);
+            Some(snapshot::taker::spawn(taker, Arc::clone(&stop))?)
+        }
+        None => None,
+    };
     opts.store = Some(store);
     let started = Instant::now();
     let result = stream::run(opts);
     stop.store(true, Ordering::Relaxed);
+    if let Some(t) = taker {
+        // After the stream's final commit: a pod leaving on SIGTERM hands over current state.
+        t.finish();
+    }
     if let Some(p) = prober {
         let _ = p.join();
     }

@@ -3,7 +3,8 @@
 //! The group's committed offsets are written for lag tools only. What a partition has
 //! processed is what its RocksDB checkpoint says, so on assignment the context overrides the
 //! fetch position with `checkpoint.next_offset` (or the log start when the partition has no
-//! state here), before librdkafka starts fetching.
+//! state here), before librdkafka starts fetching. With snapshots on, a partition whose
+//! newest snapshot is ahead of the store is imported from it first (see [`crate::snapshot`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,8 @@ pub struct TaskContext {
     pub stats: Arc<Stats>,
     /// Log end offsets from the client's statistics, with when they were reported.
     pub log_ends: Mutex<HashMap<PartitionId, (i64, Instant)>>,
+    /// Restores a partition from its newest snapshot first, when that is ahead of the store.
+    pub snapshots: Option<Arc<crate::snapshot::Restorer>>,
 }
 
 impl TaskContext {
@@ -77,6 +80,9 @@ impl TaskContext {
         for (topic, partition) in elements {
             let Some(source) = self.sources.iter().position(|s| *s == topic) else { continue };
             let id = PartitionId { source: u16::try_from(source).unwrap_or(u16::MAX), partition };
+            if let Some(snapshots) = &self.snapshots {
+                snapshots.restore_if_ahead(&self.store, id);
+            }
             let offset = match self.store.checkpoint(id) {
                 Ok(Some(c)) => Offset::Offset(c.next_offset),
                 Ok(None) => Offset::Beginning,

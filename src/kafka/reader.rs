@@ -14,6 +14,16 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Every committed record of `topic`, in partition order then offset order.
 pub fn read_topic(settings: &KafkaSettings, topic: &str) -> anyhow::Result<Vec<OwnedMessage>> {
+    read_topic_from(settings, topic, None)
+}
+
+/// The committed records of `topic` appended at or after `since_ms` (broker time), up to the
+/// high watermarks seen at the start; in partition order then offset order.
+pub fn read_topic_since(settings: &KafkaSettings, topic: &str, since_ms: i64) -> anyhow::Result<Vec<OwnedMessage>> {
+    read_topic_from(settings, topic, Some(since_ms))
+}
+
+fn read_topic_from(settings: &KafkaSettings, topic: &str, since_ms: Option<i64>) -> anyhow::Result<Vec<OwnedMessage>> {
     let consumer: BaseConsumer = settings
         .client_config()
         .set("group.id", "tidemark-reader")
@@ -29,13 +39,31 @@ pub fn read_topic(settings: &KafkaSettings, topic: &str) -> anyhow::Result<Vec<O
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
         .collect();
     anyhow::ensure!(!partitions.is_empty(), "topic {topic} does not exist or has no partitions");
+    let mut starts = std::collections::BTreeMap::new();
+    if let Some(ms) = since_ms {
+        let mut query = TopicPartitionList::new();
+        for p in &partitions {
+            query.add_partition_offset(topic, *p, Offset::Offset(ms))?;
+        }
+        let found = consumer.offsets_for_times(query, TIMEOUT).context("looking up offsets by append time")?;
+        for e in found.elements() {
+            starts.insert(e.partition(), e.offset());
+        }
+    }
     let mut tpl = TopicPartitionList::new();
     let mut remaining = 0usize;
     let mut ends = std::collections::BTreeMap::new();
     for p in &partitions {
         let (low, high) = consumer.fetch_watermarks(topic, *p, TIMEOUT)?;
+        let start = match starts.get(p) {
+            None => Offset::Beginning,
+            // No record at or after the time: nothing to read in this partition.
+            Some(Offset::End) | Some(Offset::Invalid) => continue,
+            Some(Offset::Offset(o)) if *o >= high => continue,
+            Some(o) => *o,
+        };
         if high > low {
-            tpl.add_partition_offset(topic, *p, Offset::Beginning)?;
+            tpl.add_partition_offset(topic, *p, start)?;
             ends.insert(*p, high);
             remaining += 1;
         }

@@ -76,6 +76,9 @@ pub struct StreamOptions {
     /// `Some((ordinal, replicas))`: own partition p of every input topic iff
     /// p % replicas == ordinal, with no group rebalancing (see `tidemark run --replicas`).
     pub static_assignment: Option<(i32, i32)>,
+    /// Restores assigned partitions from their newest snapshot when it is ahead of the
+    /// local state (`tidemark run --snapshot-dir`; see [`crate::snapshot`]).
+    pub snapshots: Option<Arc<crate::snapshot::Restorer>>,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -190,6 +193,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         events: Mutex::new(Vec::new()),
         stats: Arc::clone(&opts.stats),
         log_ends: Mutex::default(),
+        snapshots: opts.snapshots.clone(),
     };
     let mut cfg = opts.settings.client_config();
     cfg.set("group.id", &opts.group_id)

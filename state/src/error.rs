@@ -19,6 +19,9 @@ pub enum StateError {
     /// programming error in the type, never retriable.
     #[error("{what}: cannot encode value for the store: {detail}")]
     Encode { what: &'static str, detail: String },
+    /// A file of a partition export could not be read or written.
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
     /// The store belongs to another topology or consumer group.
     #[error("state directory {path} belongs to `{found}`, not `{expected}`; point --state-dir elsewhere or delete it to rebuild from the log")]
     Owner { path: String, found: String, expected: String },

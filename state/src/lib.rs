@@ -10,6 +10,8 @@
 //!   `StateWrite`, `StateStore`), implemented by the RocksDB store and the in-memory one.
 //! - [`memory`]: `MemStore`, an in-memory store (BTreeMaps) for the test driver and tests.
 //! - [`outbox`]: the pending and expiry indexes of the action outbox.
+//! - [`export`]: one partition's state as SST files and back (snapshots that move a
+//!   partition between pods).
 //! - [`commit`]: the single `WriteBatch` that makes state, outbox rows and offsets durable together.
 //! - [`error`]: `StateError`, classified by whether a retry can help.
 
@@ -17,6 +19,7 @@ pub mod checkpoint;
 pub mod codec;
 pub mod commit;
 pub mod error;
+pub mod export;
 pub mod keys;
 pub mod memory;
 pub mod outbox;
@@ -26,6 +29,7 @@ pub mod view;
 pub use checkpoint::Checkpoint;
 pub use commit::{CommitBatch, StagedBatch};
 pub use error::StateError;
+pub use export::{ConsistentPoint, ExportedFile, PartitionExport};
 pub use keys::{Namespace, PartitionId};
 pub use memory::{MemBatch, MemStore};
 pub use outbox::OutboxIndex;

@@ -135,7 +135,16 @@ pub fn member_command(t: &Topo, state: &Path, group: &str, member: &str) -> Comm
 
 /// Runs the processor until the log is drained; returns its stderr (logs and summary).
 pub fn run_to_end(t: &Topo, state: &Path, group: &str) -> String {
-    let out = run_ok(run_command(t, state, group).arg("--exit-at-end"));
+    run_to_end_with(t, state, group, &[])
+}
+
+/// [`run_to_end`] with these environment variables (`TIDEMARK_*` flags).
+pub fn run_to_end_with(t: &Topo, state: &Path, group: &str, env: &[(&str, &str)]) -> String {
+    let mut c = run_command(t, state, group);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = run_ok(c.arg("--exit-at-end"));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 

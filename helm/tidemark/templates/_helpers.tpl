@@ -78,6 +78,23 @@ metrics Service, so Prometheus labels the targets job="<metrics Service>", names
 {{- end }}
 
 {{/*
+Seconds in a duration of h, m and s parts ("90s", "5m", "1h30m"), as a string (atoi it).
+Argument: the duration. Fails on anything else (values.schema.json allows only these).
+*/}}
+{{- define "tidemark.durationSeconds" -}}
+{{- $d := toString . }}
+{{- if not (regexMatch "^([0-9]+[hms])+$" $d) }}
+{{- fail (printf "%q is not a duration of h, m and s parts (e.g. 90s, 5m, 1h30m)" $d) }}
+{{- end }}
+{{- $unit := dict "h" 3600 "m" 60 "s" 1 }}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+[hms]" $d -1 }}
+{{- $total = add $total (mul (regexFind "^[0-9]+" . | atoi) (get $unit (regexFind "[hms]$" .))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
 Workloads. Every pod carries app.kubernetes.io/component: "stream" (the `tidemark run`
 StatefulSet), "microbatch" or "finance-close", and the stream's Services, PDB and
 anti-affinity select component=stream, so they never pick up a micro-batch or close pod.

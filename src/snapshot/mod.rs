@@ -1,0 +1,46 @@
+//! Per-partition state snapshots in a shared directory: a partition that moves to another
+//! pod, or whose volume is lost, is restored from its newest snapshot and replays only the
+//! log after it, instead of the whole log (SPEC §3, §4; docs/state-movement.md).
+//!
+//! ```text
+//!  stream thread ── commits ──▶ RocksDB ──(every --snapshot-interval, one consistent point)──▶ taker
+//!                                                                                               │
+//!   <snapshot-dir>/<topology>/<group>/<role>-<p>/<next offset>/{manifest.json, *.sst} ◀────────┘
+//!        │
+//!        └──(assignment of a partition with no newer local state)──▶ restore: import, then
+//!           read the audit topic since the snapshot (SKU partitions) ──▶ actions::Settled
+//! ```
+//!
+//! Module map:
+//! - [`layout`]: directory layout, manifest, atomic publish, newest, pruning.
+//! - [`taker`]: the snapshot thread (rounds every interval, and a final one at shutdown).
+//! - [`restore`]: import on assignment, and the audit read that keeps completed actions
+//!   from being sent again.
+
+pub mod layout;
+pub mod restore;
+pub mod taker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use layout::{Layout, Manifest};
+pub use restore::Restorer;
+pub use taker::Taker;
+
+/// `tidemark run --snapshot-dir`, `--snapshot-interval`, `--snapshot-keep`.
+#[derive(Clone, Debug)]
+pub struct SnapshotConfig {
+    pub dir: PathBuf,
+    pub interval: Duration,
+    pub keep: usize,
+    /// The topology's name and the consumer group: one snapshot tree per pair.
+    pub topology: String,
+    pub group: String,
+}
+
+impl SnapshotConfig {
+    pub fn layout(&self) -> Layout {
+        Layout::new(&self.dir, &self.topology, &self.group)
+    }
+}

@@ -1,0 +1,136 @@
+//! Restore on assignment: a partition whose newest snapshot is ahead of its local state (none
+//! here: a new pod, a moved partition, a wiped volume) is imported from it before its fetch
+//! position is set, so only the log after the snapshot is replayed.
+//!
+//! For SKU partitions (the ones with an outbox) the audit topic is then read from a little
+//! before the snapshot was taken: every action it shows settled is listed in
+//! [`crate::actions::Settled`], so the replay's re-derived rows for them are recorded, not
+//! sent again. What is still re-sent is what was in flight at the loss (SPEC §3's crash
+//! window) and outcomes whose audit record was lost with their process.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metrics::counter;
+use rdkafka::Message;
+use serde::Deserialize;
+use tidemark_state::{PartitionId, Store};
+use tracing::{info, warn};
+
+use super::layout::{Found, Layout};
+use super::SnapshotConfig;
+use crate::actions::{outcome_of, Settled};
+use crate::kafka::{reader, KafkaSettings};
+
+/// The audit topic is read from this long before a snapshot's wall-clock time: the
+/// snapshot's clock and the broker's may disagree by that much.
+const AUDIT_MARGIN_MS: i64 = 60_000;
+/// Snapshots tried, newest first, before giving up on them for a partition.
+const ATTEMPTS: usize = 3;
+/// The SKU partitions of one assignment are restored one after another within seconds: one
+/// read of the audit topic from the earliest snapshot time serves them all.
+const AUDIT_READ_REUSE: Duration = Duration::from_secs(30);
+
+pub struct Restorer {
+    layout: Layout,
+    settings: KafkaSettings,
+    audit_topic: String,
+    settled: Arc<Settled>,
+    /// The `since` of the last audit read and when it ran.
+    last_read: Mutex<Option<(i64, Instant)>>,
+}
+
+/// What an audit record says about an action (docs/formats.md, "Audit topic").
+#[derive(Deserialize)]
+struct AuditView {
+    key: String,
+    event: String,
+    status: Option<u16>,
+    reason: Option<String>,
+}
+
+impl Restorer {
+    pub fn new(cfg: &SnapshotConfig, settings: KafkaSettings, audit_topic: String, settled: Arc<Settled>) -> Self {
+        Restorer { layout: cfg.layout(), settings, audit_topic, settled, last_read: Mutex::default() }
+    }
+
+    /// Imports the newest snapshot of `id` into `store` when it is ahead of what the store
+    /// holds. A snapshot that cannot be read or imported is logged and the next older one
+    /// tried; without any, the partition goes on from its local state (or from the log
+    /// start) as it would without snapshots.
+    pub fn restore_if_ahead(&self, store: &Store, id: PartitionId) -> Option<Found> {
+        let local = match store.checkpoint(id) {
+            Ok(c) => c.map(|c| c.next_offset),
+            Err(e) => {
+                warn!(partition = %id, error = %e, "cannot read the local checkpoint; not restoring from a snapshot");
+                return None;
+            }
+        };
+        let candidates = match self.layout.list(id) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(partition = %id, error = %format!("{e:#}"), "cannot list snapshots");
+                return None;
+            }
+        };
+        for found in candidates.into_iter().take(ATTEMPTS) {
+            let next = found.manifest.export.checkpoint.next_offset;
+            if local.is_some_and(|l| l >= next) {
+                return None;
+            }
+            let started = Instant::now();
+            match store.import_partition(id, &found.dir, &found.manifest.export) {
+                Ok(()) => {
+                    counter!("tidemark_snapshot_restores_total").increment(1);
+                    info!(
+                        partition = %id,
+                        next_offset = next,
+                        local_next_offset = ?local,
+                        bytes = found.manifest.export.bytes(),
+                        taken_by = %found.manifest.taken_by,
+                        snapshot = %found.dir.display(),
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "restored from snapshot"
+                    );
+                    if id.source == PartitionId::SKU_REPARTITION {
+                        self.read_settled(id, found.manifest.taken_at_ms);
+                    }
+                    return Some(found);
+                }
+                Err(e) => {
+                    warn!(partition = %id, snapshot = %found.dir.display(), error = %e, "snapshot not imported; trying an older one")
+                }
+            }
+        }
+        None
+    }
+
+    /// Lists the outcomes the audit topic recorded since `taken_at_ms` (less the margin).
+    fn read_settled(&self, id: PartitionId, taken_at_ms: i64) {
+        let since = taken_at_ms - AUDIT_MARGIN_MS;
+        if let Ok(mut last) = self.last_read.lock() {
+            if last.is_some_and(|(s, at)| s <= since && at.elapsed() < AUDIT_READ_REUSE) {
+                return;
+            }
+            *last = Some((since, Instant::now()));
+        }
+        match reader::read_topic_since(&self.settings, &self.audit_topic, since) {
+            Ok(records) => {
+                let before = self.settled.len();
+                for msg in &records {
+                    let Some(Ok(view)) = msg.payload().map(serde_json::from_slice::<AuditView>) else { continue };
+                    if let Some(outcome) = outcome_of(&view.event, view.status, view.reason.as_deref()) {
+                        self.settled.insert(view.key, outcome);
+                    }
+                }
+                info!(partition = %id, audit_records = records.len(), settled = self.settled.len().saturating_sub(before), "audit topic read since the snapshot");
+            }
+            Err(e) => warn!(
+                partition = %id,
+                topic = %self.audit_topic,
+                error = %format!("{e:#}"),
+                "cannot read the audit topic; actions completed after the snapshot may be sent again"
+            ),
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The snapshot thread: every interval, each owned partition that moved since its last
+//! snapshot is exported and published; once more after the stream's final commit.
+//!
+//! All partitions of a round are read through one RocksDB snapshot (a commit boundary). The
+//! thread never blocks the stream thread (RocksDB snapshots are cheap and reads run beside
+//! writes), and a failed round is logged and counted, never fatal: the previous snapshot
+//! stays, and only the replay after a restore grows.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge, histogram};
+use tidemark_state::{PartitionId, Store};
+use tracing::{info, warn};
+
+use super::layout::{Layout, Manifest, FORMAT};
+use super::SnapshotConfig;
+use crate::telemetry::Progress;
+
+pub struct Taker {
+    cfg: SnapshotConfig,
+    layout: Layout,
+    store: Arc<Store>,
+    progress: Arc<Progress>,
+    taken_by: String,
+    /// Partitions owned at the last round: the final round includes them even if the
+    /// shutdown already revoked them.
+    seen: BTreeSet<PartitionId>,
+}
+
+/// What one round did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    pub published: usize,
+    pub unchanged: usize,
+    pub failed: usize,
+    pub bytes: u64,
+}
+
+impl Taker {
+    pub fn new(cfg: SnapshotConfig, store: Arc<Store>, progress: Arc<Progress>, taken_by: String) -> Self {
+        let layout = cfg.layout();
+        // Series exist from the start, so dashboards and alerts see zeros rather than gaps.
+        for outcome in ["ok", "failed"] {
+            counter!("tidemark_snapshots_total", "outcome" => outcome).absolute(0);
+        }
+        counter!("tidemark_snapshot_restores_total").absolute(0);
+        gauge!("tidemark_snapshot_last_success_timestamp_seconds").set(0.0);
+        gauge!("tidemark_snapshot_bytes").set(0.0);
+        Taker { cfg, layout, store, progress, taken_by, seen: BTreeSet::new() }
+    }
+
+    /// Runs rounds every interval until `stop`; the caller runs [`Taker::round`] once more
+    /// after the stream's final commit (see [`spawn`]).
+    fn run(mut self, stop: Arc<AtomicBool>) -> Self {
+        let mut next = Instant::now() + self.cfg.interval;
+        while !stop.load(Ordering::Relaxed) {
+            if Instant::now() >= next {
+                self.round();
+                next = Instant::now() + self.cfg.interval;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self
+    }
+
+    /// Exports every owned partition whose committed offset moved past its newest snapshot.
+    pub fn round(&mut self) -> Round {
+        let started = Instant::now();
+        let owned = self.progress.snapshot();
+        let ids: BTreeSet<PartitionId> = owned.keys().copied().chain(self.seen.iter().copied()).collect();
+        self.seen = owned.keys().copied().collect();
+        let point = self.store.consistent_point();
+        let mut round = Round::default();
+        for id in ids {
+            let committed = owned.get(&id).map(|p| p.committed_next);
+            match self.partition(&point, id, committed) {
+                Ok(Some(bytes)) => {
+                    round.published += 1;
+                    round.bytes += bytes;
+                }
+                Ok(None) => round.unchanged += 1,
+                Err(e) => {
+                    round.failed += 1;
+                    warn!(partition = %id, dir = %self.layout.partition_dir(id).display(), error = %format!("{e:#}"), "snapshot failed; the previous one stays");
+                }
+            }
+        }
+        drop(point);
+        let took = started.elapsed();
+        histogram!("tidemark_snapshot_duration_seconds").record(took.as_secs_f64());
+        counter!("tidemark_snapshots_total", "outcome" => if round.failed == 0 { "ok" } else { "failed" }).increment(1);
+        if round.failed == 0 {
+            gauge!("tidemark_snapshot_last_success_timestamp_seconds").set(chrono::Utc::now().timestamp() as f64);
+        }
+        gauge!("tidemark_snapshot_bytes").set(round.bytes as f64);
+        if round.published > 0 || round.failed > 0 {
+            info!(
+                published = round.published,
+                unchanged = round.unchanged,
+                failed = round.failed,
+                bytes = round.bytes,
+                took_ms = took.as_millis() as u64,
+                "snapshot round"
+            );
+        }
+        round
+    }
+
+    /// `Some(bytes)` when a new snapshot of `id` was published. `committed`: the offset the
+    /// stream last reported committed for it (skips the export when the newest snapshot is
+    /// there already).
+    fn partition(
+        &self,
+        point: &tidemark_state::ConsistentPoint<'_>,
+        id: PartitionId,
+        committed: Option<i64>,
+    ) -> anyhow::Result<Option<u64>> {
+        let newest = self.layout.latest(id)?.map(|f| f.manifest.export.checkpoint.next_offset);
+        if newest.is_some_and(|n| committed.is_some_and(|c| n >= c)) {
+            return Ok(None);
+        }
+        let temp = self.layout.temp_dir(id)?;
+        let result = (|| {
+            let Some(export) = self.store.export_partition(point, id, &temp)? else { return Ok(None) };
+            if newest.is_some_and(|n| n >= export.checkpoint.next_offset) {
+                return Ok(None);
+            }
+            let bytes = export.bytes();
+            let manifest = Manifest {
+                format: FORMAT,
+                partition: id.to_string(),
+                source: id.source,
+                number: id.partition,
+                taken_at_ms: chrono::Utc::now().timestamp_millis(),
+                taken_by: self.taken_by.clone(),
+                export,
+            };
+            if !self.layout.publish(&temp, &manifest)? {
+                return Ok(None);
+            }
+            self.layout.prune(id, self.cfg.keep)?;
+            Ok(Some(bytes))
+        })();
+        if temp.exists() {
+            let _ = std::fs::remove_dir_all(&temp);
+        }
+        result
+    }
+}
+
+/// The running snapshot thread.
+pub struct Running {
+    handle: JoinHandle<Taker>,
+}
+
+impl Running {
+    /// Waits for the thread (`stop` must be set) and takes the final round: after the
+    /// stream's last commit, so a pod that leaves on SIGTERM hands over its partitions with
+    /// nothing to replay.
+    pub fn finish(self) {
+        match self.handle.join() {
+            Ok(mut taker) => {
+                let round = taker.round();
+                info!(published = round.published, failed = round.failed, "final snapshot round");
+            }
+            Err(_) => warn!("snapshot thread panicked; no final snapshot"),
+        }
+    }
+}
+
+pub fn spawn(taker: Taker, stop: Arc<AtomicBool>) -> anyhow::Result<Running> {
+    let handle = std::thread::Builder::new().name("tidemark-snapshot".into()).spawn(move || taker.run(stop))?;
+    Ok(Running { handle })
+}
