@@ -3,7 +3,8 @@
 #   helm lint (default values, helm/ci-values.yaml, and values the schema must reject),
 #   helm template, kubeconform -strict against Kubernetes and Prometheus Operator JSON
 #   schemas generated locally, chart contract checks (incl. the optional micro-batch
-#   StatefulSet, finance close CronJob and snapshot volume, all on in helm/ci-values.yaml),
+#   StatefulSet, finance close CronJob and snapshot volume, all on in helm/ci-values.yaml, and
+#   the partition assignment: --replicas or --session-timeout per staticAssignment),
 #   the flags the chart passes checked against `tidemark <command> --help`, promtool
 #   check/test rules on the PrometheusRule, the Grafana dashboard JSON, and the metric names
 #   used by both against helm/metric-names.txt.
@@ -170,6 +171,11 @@ check "schema rejects snapshots.interval=5min (s, m, h only)" lint_rejects --set
 check "schema rejects snapshots.interval=0m (zero)"       lint_rejects --set snapshots.interval=0m
 check "schema rejects snapshots.keep=0"                   lint_rejects --set snapshots.keep=0
 check "schema rejects snapshots.mountPath over the state volume" lint_rejects --set snapshots.mountPath=/var/lib/tidemark
+check "schema rejects staticAssignment=yes (auto, true or false only)" lint_rejects --set staticAssignment=yes
+check "schema rejects staticAssignment as the string \"true\" (--set-string)" lint_rejects --set-string staticAssignment=true
+check "schema rejects sessionTimeout=30sec (s, m, h only)" lint_rejects --set sessionTimeout=30sec
+check "schema rejects sessionTimeout=0s (zero)"           lint_rejects --set sessionTimeout=0s
+check "schema rejects sessionTimeout=30 (not a string)"   lint_rejects --set sessionTimeout=30
 # template_fails_with MESSAGE ARGS...: helm template must fail, and say MESSAGE.
 template_fails_with() {
   local msg=$1 out; shift
@@ -179,6 +185,8 @@ template_fails_with() {
 check "snapshots.enabled without existingClaim fails, naming snapshots.existingClaim" \
   template_fails_with "snapshots.enabled needs snapshots.existingClaim: the name of an existing ReadWriteMany PersistentVolumeClaim" \
   --set snapshots.enabled=true
+check "staticAssignment=yes fails in the template too (schema skipped), naming auto, true or false" \
+  template_fails_with "staticAssignment must be auto, true or false" --skip-schema-validation --set staticAssignment=yes
 
 # render OUT [helm args...]: helm template into OUT (release "tidemark").
 render() { local out=$1; shift; "$HELM" template tidemark "$CHART" --namespace "$NAMESPACE" "${KV[@]}" "$@" >"$out"; }
@@ -193,12 +201,21 @@ check "helm template (ci-values.yaml, finance close without timeZone)" render "$
 SNAPV="$WORK/snapshots-values.yaml"; SNAP="$WORK/snapshots.yaml"
 printf 'snapshots:\n  enabled: true\n  existingClaim: tidemark-snapshots\n  interval: 1h30m\nprometheusRule:\n  enabled: true\n' >"$SNAPV"
 check "helm template (default values + snapshots, interval 1h30m)" render "$SNAP" -f "$SNAPV"
+# Partition assignment: staticAssignment true with snapshots (static although auto would not
+# be), and false without snapshots (group-managed, rebuilt from the log).
+SNAPSTATV="$WORK/snapshots-static-values.yaml"; SNAPSTAT="$WORK/snapshots-static.yaml"
+printf 'staticAssignment: true\n' >"$SNAPSTATV"
+check "helm template (default values + snapshots, staticAssignment true)" render "$SNAPSTAT" -f "$SNAPV" -f "$SNAPSTATV"
+GROUPV="$WORK/group-values.yaml"; GROUP="$WORK/group.yaml"
+printf 'staticAssignment: false\n' >"$GROUPV"
+check "helm template (default values, staticAssignment false)" render "$GROUP" -f "$GROUPV"
 
 kc() { "$KUBECONFORM" -strict -summary -output text -schema-location "$SCHEMA_LOCATION" "$@"; }
 check "kubeconform -strict (default values)" kc "$DEF"
 check "kubeconform -strict (ci-values.yaml, incl. ServiceMonitor/PrometheusRule, micro-batch, finance close)" kc "$CI"
 check "kubeconform -strict (finance close without timeZone)" kc "$UTC"
 check "kubeconform -strict (default values + snapshots)" kc "$SNAP"
+check "kubeconform -strict (staticAssignment true + snapshots; false without)" kc "$SNAPSTAT" "$GROUP"
 sed 's/^  podManagementPolicy:/  podManagmentPolicy:/' "$CI" > "$WORK/typo.yaml"
 check_fails "kubeconform rejects a misspelt field (schemas are strict)" kc "$WORK/typo.yaml"
 
@@ -207,6 +224,17 @@ check "chart contract (ci-values.yaml)" python3 "$HERE/tools/check_chart.py" ren
 check "chart contract (finance close without timeZone)" python3 "$HERE/tools/check_chart.py" rendered "$UTC" "$CHART/values.yaml" "$CIV" "$UTCV"
 check "chart contract (snapshots: --snapshot-* args, the claim mounted, stale alert at 16200 s)" \
   python3 "$HERE/tools/check_chart.py" rendered "$SNAP" "$CHART/values.yaml" "$SNAPV"
+check "chart contract (snapshots, staticAssignment true)" \
+  python3 "$HERE/tools/check_chart.py" rendered "$SNAPSTAT" "$CHART/values.yaml" "$SNAPV" "$SNAPSTATV"
+check "chart contract (staticAssignment false, no snapshots)" \
+  python3 "$HERE/tools/check_chart.py" rendered "$GROUP" "$CHART/values.yaml" "$GROUPV"
+# The assignment each rendering must have, stated here rather than derived from the values.
+asg() { python3 "$HERE/tools/check_chart.py" assignment "$@"; }
+check "assignment: default values (auto, no snapshots) -> --replicas 3, no --session-timeout" asg "$DEF" static
+check "assignment: snapshots + auto -> no --replicas, --session-timeout 30s" asg "$SNAP" group 30s
+check "assignment: snapshots + staticAssignment true -> --replicas 3" asg "$SNAPSTAT" static
+check "assignment: staticAssignment false, no snapshots -> no --replicas, --session-timeout 30s" asg "$GROUP" group 30s
+check "assignment: ci-values.yaml (snapshots, auto) -> no --replicas, --session-timeout 45s" asg "$CI" group 45s
 # mutate RENDERED OUT PYTHON: applies PYTHON (on the list of documents `docs`) to a rendering.
 mutate() {
   python3 -c '
@@ -224,6 +252,14 @@ check_fails "chart contract catches a stream pod without its snapshot volume" ba
   mutate '$SNAP' '$WORK/m5.yaml' 'c = [d for d in docs if d[\"kind\"] == \"StatefulSet\"][0][\"spec\"][\"template\"][\"spec\"][\"containers\"][0]
 c[\"volumeMounts\"] = [m for m in c[\"volumeMounts\"] if m[\"name\"] != \"snapshots\"]' &&
   python3 '$HERE/tools/check_chart.py' rendered '$WORK/m5.yaml' '$CHART/values.yaml' '$SNAPV'"
+check_fails "chart contract catches a static stream without --replicas" bash -c "$(declare -f mutate); HERE='$HERE' CHART='$CHART';
+  mutate '$DEF' '$WORK/m6.yaml' 'c = [d for d in docs if d[\"kind\"] == \"StatefulSet\"][0][\"spec\"][\"template\"][\"spec\"][\"containers\"][0]
+i = c[\"args\"].index(\"--replicas\"); del c[\"args\"][i:i + 2]' &&
+  python3 '$HERE/tools/check_chart.py' rendered '$WORK/m6.yaml' '$CHART/values.yaml'"
+check_fails "chart contract catches a group-managed stream that also passes --replicas" bash -c "$(declare -f mutate); HERE='$HERE' CHART='$CHART';
+  mutate '$SNAP' '$WORK/m7.yaml' 'c = [d for d in docs if d[\"kind\"] == \"StatefulSet\"][0][\"spec\"][\"template\"][\"spec\"][\"containers\"][0]
+c[\"args\"] += [\"--replicas\", \"3\"]' &&
+  python3 '$HERE/tools/check_chart.py' rendered '$WORK/m7.yaml' '$CHART/values.yaml' '$SNAPV'"
 check_fails "chart contract catches a CronJob without concurrencyPolicy Forbid" bash -c "
   sed 's/concurrencyPolicy: Forbid/concurrencyPolicy: Allow/' '$CI' > '$WORK/m3.yaml' &&
   python3 '$HERE/tools/check_chart.py' rendered '$WORK/m3.yaml' '$CHART/values.yaml' '$CIV'"
@@ -265,6 +301,8 @@ if [ -n "$TM" ] && [ -s "$DEF" ] && [ -s "$CI" ]; then
   check "tidemark validate (ci-values topology)" "$TM" validate "$WORK/ci.toml"
   check "tidemark accepts every flag the chart passes (run, microbatch, batch close)" \
     python3 "$HERE/tools/check_chart.py" flags "$CI" "$TM"
+  check "tidemark accepts every flag the chart passes (default values: static, --replicas)" \
+    python3 "$HERE/tools/check_chart.py" flags "$DEF" "$TM"
 else
   skip "tidemark validate of the rendered topologies (no tidemark binary; set TIDEMARK_BIN)"
   skip "tidemark accepts every flag the chart passes (no tidemark binary; set TIDEMARK_BIN)"

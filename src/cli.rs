@@ -196,6 +196,13 @@ pub struct RunArgs {
     /// the log by its new owner).
     #[arg(long, env = "TIDEMARK_REPLICAS")]
     pub replicas: Option<i32>,
+    /// Group-managed assignment (without `--replicas`): how long the group waits for a
+    /// member that stopped heartbeating before its partitions go to the others (Kafka's
+    /// `session.timeout.ms`; the broker bounds it, 6 s to 30 min by default). With static
+    /// membership (`--instance-id`) a pod that restarts within it gets its partitions back
+    /// without a rebalance; one that does not come back holds them that long.
+    #[arg(long, env = "TIDEMARK_SESSION_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub session_timeout: std::time::Duration,
     /// This pod's ordinal for `--replicas` (default: parsed from the end of --instance-id).
     #[arg(long, env = "TIDEMARK_ORDINAL")]
     pub ordinal: Option<i32>,

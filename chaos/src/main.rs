@@ -1,7 +1,7 @@
 //! `tidemark-chaos`: runs a profile of fault scenarios and writes the invariant report.
 //!
 //! ```text
-//! tidemark-chaos --profile short                 # CI: six scenarios, a few minutes
+//! tidemark-chaos --profile short                 # CI: nine scenarios, a few minutes
 //! tidemark-chaos --profile soak --minutes 30     # soak: rounds of heavier scenarios
 //! tidemark-chaos --profile short --seed 1234     # replay a failure (seeds are printed)
 //! ```
@@ -37,6 +37,10 @@ struct Args {
     /// Run only the scenario of this name (its seed stays the one it has in the profile).
     #[arg(long)]
     only: Option<String>,
+    /// Keep the pods' logs, state and snapshot directories here instead of a temporary
+    /// directory removed at the end (for reading a failure).
+    #[arg(long)]
+    keep_dir: Option<PathBuf>,
     /// Where the JSON report goes.
     #[arg(long, default_value = "chaos/results/report.json")]
     report: PathBuf,
@@ -61,13 +65,15 @@ fn run() -> anyhow::Result<bool> {
         PathBuf::from(target).join("release/tidemark")
     });
     anyhow::ensure!(bin.exists(), "{} not found: build it with `cargo build --release`", bin.display());
-    let dir = tempfile::tempdir()?;
-    let env = Env {
-        bin,
-        broker: Broker::new(&repo, args.port),
-        dir: dir.path().to_path_buf(),
-        rt: tokio::runtime::Runtime::new()?,
+    let temp = tempfile::tempdir()?;
+    let dir = match &args.keep_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => temp.path().to_path_buf(),
     };
+    let env = Env { bin, broker: Broker::new(&repo, args.port), dir, rt: tokio::runtime::Runtime::new()? };
     env.broker.start()?;
     let started = Instant::now();
     let mut reports: Vec<ScenarioReport> = Vec::new();

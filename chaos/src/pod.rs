@@ -19,8 +19,11 @@ pub struct Pod {
     child: Option<Child>,
     /// Restarts so far (each start after the first).
     pub restarts: u32,
-    /// `--replicas` (static partition ownership by ordinal), as the Helm chart runs it.
-    pub replicas: usize,
+    /// `--replicas` (static partition ownership by ordinal), as the Helm chart runs it by
+    /// default; `None`: group-managed (cooperative-sticky, static membership).
+    pub replicas: Option<usize>,
+    /// `--snapshot-dir`, shared by every pod of the group.
+    pub snapshots: Option<PathBuf>,
     /// Runs `tidemark microbatch` (slices every 300 ms) instead of the stream.
     pub microbatch: bool,
 }
@@ -49,7 +52,8 @@ impl Pod {
             log: dir.join(format!("{name}.log")),
             child: None,
             restarts: 0,
-            replicas: 1,
+            replicas: Some(1),
+            snapshots: None,
             microbatch: false,
         })
     }
@@ -64,8 +68,16 @@ impl Pod {
         if self.microbatch {
             cmd.args(["microbatch", "--bootstrap", &self.bootstrap, "--every", "300ms"]);
         } else {
-            cmd.args(["run", "--bootstrap", &self.bootstrap, "--group", &self.group, "--instance-id", &self.name])
-                .args(["--replicas", &self.replicas.to_string()]);
+            cmd.args(["run", "--bootstrap", &self.bootstrap, "--group", &self.group, "--instance-id", &self.name]);
+            match self.replicas {
+                Some(n) => cmd.args(["--replicas", &n.to_string()]),
+                // The broker's smallest session timeout: a pod gone for good frees its
+                // partitions after 6 s.
+                None => cmd.args(["--session-timeout", "6s"]),
+            };
+            if let Some(dir) = &self.snapshots {
+                cmd.arg("--snapshot-dir").arg(dir).args(["--snapshot-interval", "2s"]);
+            }
         }
         cmd.arg("--topology")
             .arg(&self.topology)

@@ -13,7 +13,7 @@ use tidemark::kafka::KafkaSettings;
 
 use crate::broker::Broker;
 use crate::checker::{self, ScenarioReport};
-use crate::history::{self, RunTopics};
+use crate::history;
 use crate::pod::{input_lag, metric_sum, Pod};
 
 /// Every failpoint compiled into the binary (src/failpoint.rs).
@@ -45,6 +45,11 @@ pub enum Fault {
     AppendTwice,
     /// Delete a pod's state directory while it is down; it must rebuild correctly.
     WipeState,
+    /// Scale the group to this many pods: new pods join, or the newest leave on SIGTERM
+    /// (group-managed scenarios).
+    ScaleTo(usize),
+    /// SIGKILL a pod that never comes back: its partitions move to the others.
+    GoneForGood,
 }
 
 #[derive(Clone, Debug)]
@@ -54,6 +59,11 @@ pub struct Scenario {
     /// The faulty pods run `tidemark microbatch` (the reference is still the stream): its
     /// dashboard and finance rows must equal the stream's; it sends no actions.
     pub microbatch: bool,
+    /// Group-managed assignment (cooperative-sticky, static membership) instead of
+    /// `--replicas`: partitions move between pods.
+    pub group: bool,
+    /// `--snapshot-dir` shared by the pods: moved or lost partitions restore from it.
+    pub snapshots: bool,
     pub faults: Vec<Fault>,
     pub events: u64,
 }
@@ -70,14 +80,26 @@ pub fn short_profile() -> Vec<Scenario> {
         Scenario {
             name: "random-sigkills",
             microbatch: false,
+            group: false,
+            snapshots: false,
             pods: 2,
             faults: vec![Fault::RandomKills(3)],
             events: 6000,
         },
-        Scenario { name: "every-failpoint", microbatch: false, pods: 1, faults: vec![Fault::Failpoints], events: 6000 },
+        Scenario {
+            name: "every-failpoint",
+            microbatch: false,
+            group: false,
+            snapshots: false,
+            pods: 1,
+            faults: vec![Fault::Failpoints],
+            events: 6000,
+        },
         Scenario {
             name: "endpoint-chaos-and-log-replayed",
             microbatch: false,
+            group: false,
+            snapshots: false,
             pods: 1,
             faults: vec![Fault::EndpointChaos, Fault::AppendTwice],
             events: 6000,
@@ -85,6 +107,8 @@ pub fn short_profile() -> Vec<Scenario> {
         Scenario {
             name: "broker-kill-and-sigterm-cycles",
             microbatch: false,
+            group: false,
+            snapshots: false,
             pods: 1,
             faults: vec![Fault::BrokerRestart, Fault::SigtermCycles(2)],
             events: 6000,
@@ -92,13 +116,44 @@ pub fn short_profile() -> Vec<Scenario> {
         Scenario {
             name: "state-directory-wiped",
             microbatch: false,
+            group: false,
+            snapshots: false,
             pods: 1,
             faults: vec![Fault::WipeState],
             events: 4000,
         },
         Scenario {
+            name: "scale-up-and-down",
+            microbatch: false,
+            group: true,
+            snapshots: true,
+            pods: 2,
+            faults: vec![Fault::ScaleTo(3), Fault::ScaleTo(1)],
+            events: 6000,
+        },
+        Scenario {
+            name: "pod-gone-for-good",
+            microbatch: false,
+            group: true,
+            snapshots: true,
+            pods: 2,
+            faults: vec![Fault::GoneForGood],
+            events: 6000,
+        },
+        Scenario {
+            name: "volume-wiped-with-snapshots",
+            microbatch: false,
+            group: true,
+            snapshots: true,
+            pods: 2,
+            faults: vec![Fault::WipeState],
+            events: 6000,
+        },
+        Scenario {
             name: "microbatch-kills-and-failpoints",
             microbatch: true,
+            group: false,
+            snapshots: false,
             pods: 1,
             faults: vec![Fault::RandomKills(3), Fault::Failpoints, Fault::AppendTwice],
             events: 6000,
@@ -112,6 +167,8 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
         Scenario {
             name: "soak-random-sigkills",
             microbatch: false,
+            group: false,
+            snapshots: false,
             pods: 3,
             faults: vec![Fault::RandomKills(kills)],
             events: 20_000,
@@ -119,6 +176,8 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
         Scenario {
             name: "soak-microbatch",
             microbatch: true,
+            group: false,
+            snapshots: false,
             pods: 1,
             faults: vec![Fault::RandomKills(kills), Fault::Failpoints, Fault::BrokerRestart, Fault::AppendTwice],
             events: 20_000,
@@ -126,6 +185,8 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
         Scenario {
             name: "soak-failpoints",
             microbatch: false,
+            group: false,
+            snapshots: false,
             pods: 2,
             faults: vec![Fault::Failpoints, Fault::RandomKills(3)],
             events: 20_000,
@@ -133,6 +194,8 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
         Scenario {
             name: "soak-everything",
             microbatch: false,
+            group: false,
+            snapshots: false,
             pods: 2,
             faults: vec![
                 Fault::EndpointChaos,
@@ -150,11 +213,15 @@ fn log(msg: &str) {
     eprintln!("[chaos] {msg}");
 }
 
+/// How long every pod must look caught up before a run counts as settled.
+const CALM_FOR: Duration = Duration::from_secs(3);
+
 /// Waits until every pod is caught up, nothing is pending in any outbox, and the endpoint
 /// has been quiet for `quiet`.
 fn settle(pods: &mut [Pod], server: &TestServer, quiet: Duration, limit: Duration) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut last = (usize::MAX, Instant::now());
+    let mut calm_since: Option<Instant> = None;
     loop {
         for pod in pods.iter_mut() {
             if !pod.is_running() {
@@ -166,15 +233,18 @@ fn settle(pods: &mut [Pod], server: &TestServer, quiet: Duration, limit: Duratio
         if n != last.0 {
             last = (n, Instant::now());
         }
-        let calm = pods.iter().all(|p| {
+        let pages: Vec<Option<String>> = pods.iter().map(Pod::metrics).collect();
+        let calm = pods.iter().zip(&pages).all(|(p, page)| {
             // A micro-batch job has no outbox.
             let no_outbox = if p.microbatch { 0.0 } else { 1.0 };
-            p.metrics().is_some_and(|page| {
-                input_lag(&page) == Some(0.0)
-                    && metric_sum(&page, "tidemark_outbox_pending").unwrap_or(no_outbox) == 0.0
+            page.as_deref().is_some_and(|page| {
+                input_lag(page) == Some(0.0) && metric_sum(page, "tidemark_outbox_pending").unwrap_or(no_outbox) == 0.0
             })
-        });
-        if calm && last.1.elapsed() >= quiet {
+        }) && every_partition_owned(&pages, pods.iter().any(|p| p.microbatch));
+        // Calm must hold for a while: a partition assigned a moment ago reports no lag until
+        // the consumer's next statistics, and would pass for caught up.
+        calm_since = if calm { calm_since.or(Some(Instant::now())) } else { None };
+        if calm_since.is_some_and(|t| t.elapsed() >= CALM_FOR) && last.1.elapsed() >= quiet {
             return Ok(());
         }
         if started.elapsed() > limit {
@@ -183,6 +253,47 @@ fn settle(pods: &mut [Pod], server: &TestServer, quiet: Duration, limit: Duratio
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// Waits until every input partition is owned and every pod owns some: a group has
+/// settled its assignment, so a fault that follows moves partitions that are being processed.
+fn wait_balanced(pods: &[Pod], limit: Duration) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let pages: Vec<Option<String>> = pods.iter().map(Pod::metrics).collect();
+        let each = pages
+            .iter()
+            .all(|p| p.as_deref().and_then(|p| metric_sum(p, "tidemark_partition_owned")).is_some_and(|n| n > 0.0));
+        if each && every_partition_owned(&pages, false) {
+            return Ok(());
+        }
+        anyhow::ensure!(started.elapsed() < limit, "the group did not give every pod partitions within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Lines containing `needle` in the logs of every pod of `group` (removed pods' included).
+fn lines_in_logs(dir: &Path, group: &str, needle: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&format!("{group}-")) && n.ends_with(".log")))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|text| text.lines().filter(|l| l.contains(needle)).count())
+        .sum()
+}
+
+/// Every input partition is owned by one of the pods: a partition whose owner is gone (and
+/// not yet replaced) has no lag series, so "every pod at lag 0" alone would pass without it.
+fn every_partition_owned(pages: &[Option<String>], microbatch: bool) -> bool {
+    if microbatch {
+        return true;
+    }
+    let Some(total) = pages.iter().flatten().find_map(|p| metric_sum(p, "tidemark_input_partitions")) else {
+        return false;
+    };
+    let owned: f64 = pages.iter().flatten().filter_map(|p| metric_sum(p, "tidemark_partition_owned")).sum();
+    owned == total
 }
 
 fn actions_of(server: &TestServer) -> BTreeMap<String, Vec<checker::Post>> {
@@ -196,15 +307,23 @@ fn actions_of(server: &TestServer) -> BTreeMap<String, Vec<checker::Post>> {
     m
 }
 
-fn pods(env: &Env, n: usize, topology: &Path, group: &str) -> anyhow::Result<Vec<Pod>> {
-    let b = env.broker.bootstrap();
-    (0..n)
-        .map(|i| {
-            let mut pod = Pod::new(&format!("{group}-{i}"), &env.bin, topology, &env.dir, &b, group)?;
-            pod.replicas = n;
-            Ok(pod)
-        })
-        .collect()
+/// How the pods of a run own partitions.
+#[derive(Clone, Debug)]
+struct Mode {
+    /// `--replicas n` when false; group-managed when true.
+    group: bool,
+    snapshots: Option<PathBuf>,
+}
+
+fn pods(env: &Env, n: usize, topology: &Path, group: &str, mode: &Mode) -> anyhow::Result<Vec<Pod>> {
+    (0..n).map(|i| pod(env, i, n, topology, group, mode)).collect()
+}
+
+fn pod(env: &Env, i: usize, n: usize, topology: &Path, group: &str, mode: &Mode) -> anyhow::Result<Pod> {
+    let mut pod = Pod::new(&format!("{group}-{i}"), &env.bin, topology, &env.dir, &env.broker.bootstrap(), group)?;
+    pod.replicas = (!mode.group).then_some(n);
+    pod.snapshots = mode.snapshots.clone();
+    Ok(pod)
 }
 
 pub fn run(env: &Env, sc: &Scenario, seed: u64) -> ScenarioReport {
@@ -243,7 +362,10 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
         &url(&reference_server, "/notify"),
     )?;
 
-    let mut faulty = pods(env, sc.pods, &faulty_topo, &format!("f{seed}"))?;
+    let faulty_group = format!("f{seed}");
+    let mode =
+        Mode { group: sc.group, snapshots: sc.snapshots.then(|| env.dir.join(format!("{faulty_group}-snapshots"))) };
+    let mut faulty = pods(env, sc.pods, &faulty_topo, &faulty_group, &mode)?;
     for p in faulty.iter_mut() {
         p.microbatch = sc.microbatch;
         p.start(None)?;
@@ -252,8 +374,9 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     let generator = std::thread::spawn(move || history::generate(&bin, &b, &t, seed, events, 1500));
     log(&format!("{}: seed {seed}, {} pod(s), faults {:?}", sc.name, sc.pods, sc.faults));
 
+    let spawn = |i: usize| pod(env, i, sc.pods, &faulty_topo, &faulty_group, &mode);
     for fault in &sc.faults {
-        inject(env, *fault, &mut faulty, &faulty_server, &faulty_topics, &mut rng, report, &generator)?;
+        inject(env, *fault, &mut faulty, &spawn, &faulty_server, &mut rng, report, &generator)?;
     }
     generator.join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
     if sc.faults.contains(&Fault::AppendTwice) {
@@ -271,17 +394,30 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
         report.faults.push(format!("{}: state directory deleted while down", pod.name));
         pod.start(None)?;
         settle(&mut faulty, &faulty_server, Duration::from_secs(5), Duration::from_secs(180))?;
-        // A rebuilt pod re-derives every action with the same key and payload; the endpoint
-        // sees them again (idempotent by key). Allowed, and counted.
-        report.allowed_duplicate_posts += faulty_server.request_count();
+        if sc.snapshots {
+            // Restored from a snapshot: only what was under way at the kill may go again.
+            report.allowed_duplicate_posts += IN_FLIGHT_PER_CRASH;
+        } else {
+            // A rebuilt pod re-derives every action with the same key and payload; the
+            // endpoint sees them again (idempotent by key). Allowed, and counted.
+            report.allowed_duplicate_posts += faulty_server.request_count();
+        }
     }
     for p in faulty.iter_mut() {
         if !p.sigterm(Duration::from_secs(30))? {
             report.faults.push(format!("{}: final SIGTERM did not end cleanly", p.name));
         }
     }
+    if sc.snapshots {
+        // A move or a lost volume must have come from a snapshot, not a replay from offset 0.
+        let restored = lines_in_logs(&env.dir, &faulty_group, "restored from snapshot");
+        report.faults.push(format!("{restored} partition restores from snapshots"));
+        if restored == 0 {
+            report.error = Some("no partition was restored from a snapshot".into());
+        }
+    }
 
-    let mut reference = pods(env, 1, &reference_topo, &format!("r{seed}"))?;
+    let mut reference = pods(env, 1, &reference_topo, &format!("r{seed}"), &Mode { group: false, snapshots: None })?;
     reference[0].start(None)?;
     settle(&mut reference, &reference_server, Duration::from_secs(5), Duration::from_secs(180))?;
     reference[0].sigterm(Duration::from_secs(30))?;
@@ -298,13 +434,18 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     Ok(())
 }
 
+/// The dispatcher's concurrency (`[endpoints] max_in_flight`): the most POSTs a SIGKILL can
+/// catch between an endpoint's answer and the outbox update, which a pod restored from a
+/// snapshot (with no local row to count a redelivery by) may send again.
+const IN_FLIGHT_PER_CRASH: usize = 32;
+
 #[allow(clippy::too_many_arguments)]
 fn inject(
     env: &Env,
     fault: Fault,
-    pods: &mut [Pod],
+    pods: &mut Vec<Pod>,
+    spawn: &dyn Fn(usize) -> anyhow::Result<Pod>,
     server: &TestServer,
-    _topics: &RunTopics,
     rng: &mut ChaCha8Rng,
     report: &mut ScenarioReport,
     generator: &std::thread::JoinHandle<anyhow::Result<()>>,
@@ -384,6 +525,39 @@ fn inject(
                 }
                 pods[i].start(None)?;
             }
+        }
+        Fault::ScaleTo(n) => {
+            wait_balanced(pods, Duration::from_secs(60))?;
+            std::thread::sleep(pause(rng, 1000, 3000));
+            while pods.len() < n {
+                let mut p = spawn(pods.len())?;
+                p.start(None)?;
+                report.faults.push(format!("scale up: {} joins", p.name));
+                pods.push(p);
+            }
+            while pods.len() > n {
+                let Some(mut p) = pods.pop() else { break };
+                let clean = p.sigterm(Duration::from_secs(30))?;
+                report.faults.push(format!(
+                    "scale down: {} leaves ({})",
+                    p.name,
+                    if clean { "clean exit" } else { "NOT clean" }
+                ));
+                if !clean {
+                    report.error = Some(format!("{} did not exit cleanly on SIGTERM", p.name));
+                }
+            }
+        }
+        Fault::GoneForGood => {
+            wait_balanced(pods, Duration::from_secs(60))?;
+            std::thread::sleep(pause(rng, 1000, 3000));
+            anyhow::ensure!(pods.len() > 1, "a pod gone for good needs another to take over");
+            let i = rng.gen_range(0..pods.len());
+            let mut p = pods.remove(i);
+            p.sigkill()?;
+            report.kills += 1;
+            report.allowed_duplicate_posts += IN_FLIGHT_PER_CRASH;
+            report.faults.push(format!("SIGKILL {}, never restarted", p.name));
         }
         Fault::AppendTwice | Fault::WipeState => {}
     }

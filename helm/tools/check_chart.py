@@ -14,7 +14,14 @@
       (/startupz, the readiness bound), Secret checksum annotations, extra volumes, the
       optional NetworkPolicy and the `helm test` Pod; the optional snapshot volume (the
       existing ReadWriteMany claim mounted writable in the stream's pods only, the
-      --snapshot-* flags, and the snapshot alerts with 3 x the interval).
+      --snapshot-* flags, and the snapshot alerts with 3 x the interval); the partition
+      assignment (staticAssignment true/false/auto: --replicas exactly when static,
+      --session-timeout exactly when group-managed, the ownership alert's text saying which).
+
+  check_chart.py assignment RENDERED.yaml static|group [SESSION_TIMEOUT]
+      The stream's command line is that of the named mode, independently of any values file:
+      static passes `--replicas <spec.replicas>` and no --session-timeout; group passes no
+      --replicas and `--session-timeout SESSION_TIMEOUT` (any value when not given).
 
   check_chart.py flags RENDERED.yaml TIDEMARK
       Every --flag the rendered containers pass to tidemark is listed by
@@ -179,6 +186,49 @@ def rendered(path, values_files):
     workloads(values, by_kind, sts, topo, vols, mounts)
     operations(values, by_kind, sts, metrics[0] if metrics else None)
     snapshots(values, by_kind, sts)
+    assignment(values, by_kind, sts)
+
+
+def static_assignment(values):
+    """staticAssignment as the chart reads it: a bool, or "auto" (static without snapshots)."""
+    v = values.get("staticAssignment", "auto")
+    if isinstance(v, bool):
+        return v
+    check(v == "auto", f"staticAssignment is auto, true or false (got {v!r})")
+    return not values.get("snapshots", {}).get("enabled")
+
+
+def assignment_args(sts, mode, timeout=None):
+    """The stream's args pass --replicas (static) or --session-timeout (group), not both."""
+    args = sts["spec"]["template"]["spec"]["containers"][0].get("args", [])
+    arg = lambda flag: args[args.index(flag) + 1] if flag in args else None
+    n = sts["spec"].get("replicas")
+    if mode == "static":
+        check(arg("--replicas") == str(n), f"static assignment: --replicas {n} (the StatefulSet's replicas; got {arg('--replicas')})")
+        check("--session-timeout" not in args, "static assignment: no --session-timeout (used by group-managed assignment only)")
+    else:
+        check("--replicas" not in args, f"group-managed assignment: no --replicas (got --replicas {arg('--replicas')})")
+        check(arg("--session-timeout") is not None and (timeout is None or arg("--session-timeout") == timeout),
+              f"group-managed assignment: --session-timeout {timeout or 'VALUE'} (got {arg('--session-timeout')})")
+
+
+def assignment(values, by_kind, sts):
+    """--replicas exactly when static (staticAssignment true, or auto without snapshots);
+    --session-timeout sessionTimeout exactly when group-managed; the ownership alert says which."""
+    static = static_assignment(values)
+    assignment_args(sts, "static" if static else "group", None if static else str(values["sessionTimeout"]))
+    rules = {r.get("alert"): r for pr in by_kind.get("PrometheusRule", []) for g in pr["spec"]["groups"] for r in g["rules"]}
+    unowned = rules.get("TidemarkPartitionUnowned", {}).get("annotations", {}).get("description", "")
+    if values["prometheusRule"]["enabled"]:
+        want = f"--replicas {values['replicaCount']}" if static else f"sessionTimeout ({values['sessionTimeout']})"
+        check(want in unowned, f"TidemarkPartitionUnowned's description names the assignment mode ({want!r})")
+    for d in by_kind.get("StatefulSet", []) + by_kind.get("CronJob", []):
+        if d is sts:
+            continue
+        spec = d["spec"]["jobTemplate"]["spec"] if d["kind"] == "CronJob" else d["spec"]
+        for x in spec["template"]["spec"]["containers"]:
+            check(not {"--replicas", "--session-timeout"} & set(x.get("args", [])),
+                  f"{d['metadata']['name']}: no --replicas / --session-timeout (stream only)")
 
 
 def snapshots(values, by_kind, sts):
@@ -534,6 +584,15 @@ def values_doc(path):
 def main(argv):
     if len(argv) >= 3 and argv[0] == "rendered":
         rendered(argv[1], argv[2:])
+    elif len(argv) in (3, 4) and argv[0] == "assignment" and argv[2] in ("static", "group"):
+        docs = [d for d in yaml.safe_load_all(open(argv[1])) if d]
+        sts = [d for d in docs if d["kind"] == "StatefulSet"
+               and d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "stream"]
+        check(len(sts) == 1, "exactly one stream StatefulSet")
+        if sts:
+            assignment_args(sts[0], argv[2], argv[3] if len(argv) == 4 else None)
+            args = sts[0]["spec"]["template"]["spec"]["containers"][0].get("args", [])
+            print(f"  {argv[2]}: {' '.join(a for a in args if a.startswith('--'))}")
     elif len(argv) == 3 and argv[0] == "flags":
         flags(argv[1], argv[2])
     elif len(argv) == 2 and argv[0] == "values-doc":

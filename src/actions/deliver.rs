@@ -61,6 +61,9 @@ impl Ctx {
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
+            // Held until the outcome is stored: a rebalance hands the partition over only
+            // once no attempt is under way. Not owned any more: the next owner sends it.
+            let Some(attempt) = self.gate.enter(id.partition) else { break };
             row.attempts += 1;
             if !self.persist(id, &row).await {
                 break;
@@ -107,6 +110,7 @@ impl Ctx {
                 }
                 Outcome::Retry { reason, after } => {
                     self.audit(&row, "attempt", None, Some(format!("retry: {reason}"))).await;
+                    drop(attempt);
                     // `after` is already the jittered, capped backoff for this attempt count.
                     tokio::time::sleep(after).await;
                 }

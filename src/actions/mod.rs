@@ -34,6 +34,8 @@
 //! - [`handover`]: [`RowSender`], the stream's end of the hand-over channel.
 //! - [`scan`]: outbox scans (pending rows re-queued, expired final rows deleted).
 //! - [`deliver`]: one row from start to its durable outcome.
+//! - [`gate`]: [`Gate`], the SKU partitions still owned and the attempts under way in each;
+//!   a revoked partition is handed over only once its attempts recorded their outcome.
 //! - [`audit`]: [`AuditRecord`] and the audit topic.
 //! - [`dead_letter`]: the action dead-letter topic.
 //! - [`settled`]: outcomes read from the audit topic after a snapshot restore; rows with
@@ -43,6 +45,7 @@ mod audit;
 mod backlog;
 mod dead_letter;
 mod deliver;
+mod gate;
 mod handover;
 mod scan;
 mod settled;
@@ -50,6 +53,7 @@ mod settled;
 pub use audit::AuditRecord;
 pub use backlog::Backlog;
 use backlog::Counted;
+pub use gate::Gate;
 pub use handover::{NotHandedOver, RowSender};
 pub use scan::pending_in_outbox;
 pub use settled::{outcome_of, Settled};
@@ -100,6 +104,7 @@ struct Ctx {
     /// Final rows this far (event time) behind their partition's newest row are deleted.
     retention_ms: i64,
     settled: Arc<Settled>,
+    gate: Arc<Gate>,
 }
 
 pub struct ActionRuntime {
@@ -108,6 +113,8 @@ pub struct ActionRuntime {
     pub backlog: Arc<Backlog>,
     /// Filled by snapshot restores (see [`settled`]).
     pub settled: Arc<Settled>,
+    /// Closed for a SKU partition by the stream thread when a rebalance revokes it.
+    pub gate: Arc<Gate>,
 }
 
 /// Starts the runtime on `rt`; returns the hand-over channel for the stream thread.
@@ -134,6 +141,7 @@ pub fn spawn(
             .rebuild_outbox_index(|bytes| codec::decode::<OutboxRow>("outbox row", bytes).ok().map(|r| r.index()))?;
         tracing::info!(rows = built, "outbox indexes built");
     }
+    let owned: Owned = Arc::default();
     let ctx = Arc::new(Ctx {
         store,
         dispatcher,
@@ -145,11 +153,11 @@ pub fn spawn(
         stop,
         retention_ms: t.dedup_retention_ms,
         settled: Arc::default(),
+        gate: Arc::new(Gate::new(Arc::clone(&owned))),
     });
-    let settled = Arc::clone(&ctx.settled);
+    let (settled, gate) = (Arc::clone(&ctx.settled), Arc::clone(&ctx.gate));
     let (tx, mut rx) = mpsc::channel::<(PartitionId, OutboxRow)>(4096);
     let backlog = Arc::clone(&ctx.backlog);
-    let owned: Owned = Arc::default();
     let scan_owned = Arc::clone(&owned);
     rt.spawn(async move {
         let mut scanned: BTreeSet<i32> = BTreeSet::new();
@@ -192,7 +200,7 @@ pub fn spawn(
             }
         }
     });
-    Ok(ActionRuntime { rows: RowSender { tx, backlog: Arc::clone(&backlog) }, owned, backlog, settled })
+    Ok(ActionRuntime { rows: RowSender { tx, backlog: Arc::clone(&backlog) }, owned, backlog, settled, gate })
 }
 
 /// The dispatcher of `t`: its endpoints, TLS settings (files read now), and the signer

@@ -101,6 +101,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         sku_owned: Default::default(),
         static_assignment: None,
         snapshots: None,
+        handover: None,
+        gate: None,
+        session_timeout: Duration::from_secs(30),
     };
     // The action runtime, as in `tidemark run`: the example rules are in shadow mode, so their
     // rows are audited to the audit topic and never sent.
@@ -109,6 +112,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let runtime = actions::spawn(&rt, &settings, &topology, Arc::clone(&store), Arc::clone(&stop), Arc::clone(&stats))?;
     opts.rows = Some(runtime.rows);
     opts.sku_owned = runtime.owned;
+    opts.gate = Some(Arc::clone(&runtime.gate));
     opts.store = Some(Arc::clone(&store));
     let printer = status::spawn_printer(Arc::clone(&stats), Arc::clone(&stop), Duration::from_secs(1));
     let started = Instant::now();

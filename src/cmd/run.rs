@@ -132,6 +132,9 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         sku_owned: Default::default(),
         static_assignment,
         snapshots: None,
+        handover: None,
+        gate: None,
+        session_timeout: args.session_timeout,
     };
     let opening = Instant::now();
     let store = stream::open_store(&opts)?;
@@ -148,6 +151,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     )?;
     opts.rows = Some(actions.rows);
     opts.sku_owned = actions.owned;
+    opts.gate = Some(Arc::clone(&actions.gate));
     let snapshots = snapshot_config(&args.snapshot_dir, args.snapshot_interval, args.snapshot_keep, &opts)?;
     let taker = match &snapshots {
         Some(cfg) => {
@@ -158,6 +162,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
                 Arc::clone(&actions.settled),
             )));
             let taken_by = opts.instance_id.clone().unwrap_or_else(|| format!("pid-{}", std::process::id()));
+            opts.handover = Some(snapshot::Handover::new(cfg, taken_by.clone()));
             let taker = snapshot::Taker::new(cfg.clone(), Arc::clone(&store), Arc::clone(&opts.progress), taken_by);
             Some(snapshot::taker::spawn(taker, Arc::clone(&stop))?)
         }

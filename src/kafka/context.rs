@@ -7,11 +7,12 @@
 //! newest snapshot is ahead of the store is imported from it first (see [`crate::snapshot`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
@@ -23,10 +24,13 @@ use crate::engine::Stats;
 use crate::telemetry::events;
 
 /// Assignment changes for the stream thread to act on after `poll` returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum AssignmentEvent {
     Assigned(Vec<PartitionId>),
-    Revoked(Vec<PartitionId>),
+    /// The group takes these partitions away. The consumer still holds them until the
+    /// stream thread has committed its work on them and calls [`TaskContext::release`]:
+    /// the next owner starts exactly where this one stopped.
+    Revoked(Vec<PartitionId>, TopicPartitionList),
 }
 
 pub struct TaskContext {
@@ -39,6 +43,9 @@ pub struct TaskContext {
     pub log_ends: Mutex<HashMap<PartitionId, (i64, Instant)>>,
     /// Restores a partition from its newest snapshot first, when that is ahead of the store.
     pub snapshots: Option<Arc<crate::snapshot::Restorer>>,
+    /// Set once the stream thread stops handling events (the consumer is closing): a
+    /// revocation is then released at once in the callback.
+    pub closing: AtomicBool,
 }
 
 impl TaskContext {
@@ -67,6 +74,28 @@ impl TaskContext {
             .and_then(|ends| ends.get(&id).copied())
             .filter(|(end, at)| at.elapsed() <= fresh && next >= *end)
             .map(|(_, at)| at)
+    }
+
+    /// Gives revoked partitions back to the group (after the stream thread's commit).
+    pub fn release(consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) -> KafkaResult<()> {
+        if matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative) {
+            consumer.incremental_unassign(tpl)
+        } else {
+            consumer.unassign()
+        }
+    }
+
+    /// Releases every revocation still queued: the stream thread has stopped, and a consumer
+    /// that is closing waits for them.
+    pub fn release_pending(&self, consumer: &BaseConsumer<Self>) {
+        self.closing.store(true, Ordering::SeqCst);
+        for event in self.take_events() {
+            if let AssignmentEvent::Revoked(_, tpl) = event {
+                if let Err(e) = Self::release(consumer, &tpl) {
+                    warn!(error = %e, "releasing revoked partitions failed");
+                }
+            }
+        }
     }
 
     /// Drained by the stream thread after each poll.
@@ -135,22 +164,36 @@ impl ClientContext for TaskContext {
 }
 
 impl ConsumerContext for TaskContext {
+    /// Eager groups hand out and take back the whole assignment; cooperative ones
+    /// (`cooperative-sticky`, the default) only the partitions that move, so the others keep
+    /// running through a rebalance. Either way a revocation is handed to the stream thread,
+    /// which commits, then releases the partitions ([`TaskContext::release`]).
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let result: KafkaResult<()> = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.position_at_checkpoints(tpl);
                 let ids = self.ids(tpl);
-                info!(partitions = ?ids, "assigned");
+                info!(partitions = ?ids, cooperative, "assigned");
                 self.push(AssignmentEvent::Assigned(ids));
                 events::rebalanced();
-                consumer.assign(tpl)
+                if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let ids = self.ids(tpl);
-                info!(partitions = ?ids, "revoked");
-                self.push(AssignmentEvent::Revoked(ids));
+                let lost = consumer.assignment_lost();
+                info!(partitions = ?ids, cooperative, lost, "revoked");
                 events::rebalanced();
-                consumer.unassign()
+                if self.closing.load(Ordering::SeqCst) {
+                    Self::release(consumer, tpl)
+                } else {
+                    self.push(AssignmentEvent::Revoked(ids, tpl.clone()));
+                    Ok(())
+                }
             }
             other => {
                 error!(error = ?other, "rebalance error");

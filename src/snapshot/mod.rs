@@ -13,10 +13,13 @@
 //!
 //! Module map:
 //! - [`layout`]: directory layout, manifest, atomic publish, newest, pruning.
+//! - [`export`]: one partition's export and publication; the hand-over export of partitions
+//!   a rebalance revokes, right after their last commit.
 //! - [`taker`]: the snapshot thread (rounds every interval, and a final one at shutdown).
 //! - [`restore`]: import on assignment, and the audit read that keeps completed actions
 //!   from being sent again.
 
+pub mod export;
 pub mod layout;
 pub mod restore;
 pub mod taker;
@@ -24,6 +27,7 @@ pub mod taker;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use export::Handover;
 pub use layout::{Layout, Manifest};
 pub use restore::Restorer;
 pub use taker::Taker;

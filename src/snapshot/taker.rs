@@ -16,7 +16,8 @@ use metrics::{counter, gauge, histogram};
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
-use super::layout::{Layout, Manifest, FORMAT};
+use super::export::export_one;
+use super::layout::Layout;
 use super::SnapshotConfig;
 use crate::telemetry::Progress;
 
@@ -77,7 +78,7 @@ impl Taker {
         let mut round = Round::default();
         for id in ids {
             let committed = owned.get(&id).map(|p| p.committed_next);
-            match self.partition(&point, id, committed) {
+            match export_one(&self.layout, &self.store, &point, id, committed, &self.taken_by, self.cfg.keep) {
                 Ok(Some(bytes)) => {
                     round.published += 1;
                     round.bytes += bytes;
@@ -108,47 +109,6 @@ impl Taker {
             );
         }
         round
-    }
-
-    /// `Some(bytes)` when a new snapshot of `id` was published. `committed`: the offset the
-    /// stream last reported committed for it (skips the export when the newest snapshot is
-    /// there already).
-    fn partition(
-        &self,
-        point: &tidemark_state::ConsistentPoint<'_>,
-        id: PartitionId,
-        committed: Option<i64>,
-    ) -> anyhow::Result<Option<u64>> {
-        let newest = self.layout.latest(id)?.map(|f| f.manifest.export.checkpoint.next_offset);
-        if newest.is_some_and(|n| committed.is_some_and(|c| n >= c)) {
-            return Ok(None);
-        }
-        let temp = self.layout.temp_dir(id)?;
-        let result = (|| {
-            let Some(export) = self.store.export_partition(point, id, &temp)? else { return Ok(None) };
-            if newest.is_some_and(|n| n >= export.checkpoint.next_offset) {
-                return Ok(None);
-            }
-            let bytes = export.bytes();
-            let manifest = Manifest {
-                format: FORMAT,
-                partition: id.to_string(),
-                source: id.source,
-                number: id.partition,
-                taken_at_ms: chrono::Utc::now().timestamp_millis(),
-                taken_by: self.taken_by.clone(),
-                export,
-            };
-            if !self.layout.publish(&temp, &manifest)? {
-                return Ok(None);
-            }
-            self.layout.prune(id, self.cfg.keep)?;
-            Ok(Some(bytes))
-        })();
-        if temp.exists() {
-            let _ = std::fs::remove_dir_all(&temp);
-        }
-        result
     }
 }
 

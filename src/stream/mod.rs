@@ -79,6 +79,13 @@ pub struct StreamOptions {
     /// Restores assigned partitions from their newest snapshot when it is ahead of the
     /// local state (`tidemark run --snapshot-dir`; see [`crate::snapshot`]).
     pub snapshots: Option<Arc<crate::snapshot::Restorer>>,
+    /// Exports revoked partitions right after their last commit, so their next owner
+    /// restores them with nothing to replay (with snapshots on).
+    pub handover: Option<Arc<crate::snapshot::Handover>>,
+    /// The dispatcher's gate: closed for revoked SKU partitions before they are handed over.
+    pub gate: Option<Arc<crate::actions::Gate>>,
+    /// `session.timeout.ms` of the group (see `tidemark run --session-timeout`).
+    pub session_timeout: Duration,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -194,6 +201,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         stats: Arc::clone(&opts.stats),
         log_ends: Mutex::default(),
         snapshots: opts.snapshots.clone(),
+        closing: AtomicBool::new(false),
     };
     let mut cfg = opts.settings.client_config();
     cfg.set("group.id", &opts.group_id)
@@ -204,7 +212,10 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         .set("auto.offset.reset", "error")
         .set("isolation.level", "read_committed")
         .set("statistics.interval.ms", STATS_EVERY_MS)
-        .set("session.timeout.ms", "30000")
+        .set("session.timeout.ms", opts.session_timeout.as_millis().to_string())
+        // Only the partitions that move are revoked in a rebalance (KIP-429); the others go
+        // on. Every member of a group must use it (docs/operations.md, "Scaling").
+        .set("partition.assignment.strategy", "cooperative-sticky")
         .set("fetch.wait.max.ms", "50")
         // librdkafka postpones a partition's next fetch by this much once its prefetch queue
         // is full (default 1 s). Draining a backlog, the loop empties 20 MB of queue in a few
@@ -284,7 +295,11 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         drain,
         held_at: None,
     };
-    runner.run_loop(&consumer)
+    let result = runner.run_loop(&consumer);
+    // From here nothing handles assignment events: a closing consumer waits for its
+    // revocations to be released.
+    consumer.context().release_pending(&consumer);
+    result
 }
 
 impl Runner {
@@ -423,13 +438,38 @@ impl Runner {
         Ok(task)
     }
 
+    /// Stops the dispatcher's attempts for revoked SKU partitions and waits for those under
+    /// way to store their outcome (at most one endpoint timeout and a little more), so the
+    /// state handed over records every acknowledged action.
+    fn quiesce_actions(&self, ids: &[PartitionId]) {
+        let Some(gate) = &self.opts.gate else { return };
+        let sku: Vec<i32> = ids.iter().filter(|id| id.source == SKU_REPARTITION).map(|id| id.partition).collect();
+        if sku.is_empty() {
+            return;
+        }
+        let limit = Duration::from_millis(u64::try_from(self.opts.topology.endpoints.timeout_ms).unwrap_or(5_000))
+            + Duration::from_secs(2);
+        let busy = gate.release(&sku, limit);
+        if !busy.is_empty() {
+            warn!(partitions = ?busy, "actions still under way after {limit:?}; the next owner may send them again");
+        }
+    }
+
     fn handle_assignment(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
         for event in consumer.context().take_events() {
             match event {
-                AssignmentEvent::Revoked(ids) => {
-                    // Keep the work done so far: commit, then let the partitions go.
+                AssignmentEvent::Revoked(ids, tpl) => {
+                    // Keep the work done so far: commit, make it durable, hand the state
+                    // over (with snapshots on), then let the partitions go.
                     self.commit(consumer)?;
                     self.complete(consumer)?;
+                    self.quiesce_actions(&ids);
+                    if let Some(handover) = &self.opts.handover {
+                        handover.export(&self.store, &ids);
+                    }
+                    if let Err(e) = TaskContext::release(consumer, &tpl) {
+                        warn!(error = %e, partitions = ?ids, "releasing revoked partitions failed");
+                    }
                     for id in ids {
                         self.tasks.remove(&id);
                         self.last_marks.remove(&id);
@@ -462,6 +502,11 @@ impl Runner {
                             if let Ok(mut o) = self.opts.sku_owned.lock() {
                                 o.insert(id.partition);
                             }
+                            // Its pending rows (restored, or left by an earlier spell of
+                            // ownership) are found by a scan of every owned outbox: the
+                            // dispatcher's own record of scanned partitions cannot tell a
+                            // partition that left and came back between two of its ticks.
+                            self.opts.stats.outbox_rescan.store(true, Ordering::Relaxed);
                         }
                         self.tasks.insert(id, task);
                     }

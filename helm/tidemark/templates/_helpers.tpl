@@ -95,6 +95,26 @@ Argument: the duration. Fails on anything else (values.schema.json allows only t
 {{- end }}
 
 {{/*
+How the stream's partitions are assigned: "true" when static (pod k owns partition p iff
+p % replicaCount == k, `--replicas`), "" when the consumer group manages them (no
+`--replicas`, `--session-timeout`). staticAssignment true/false (booleans) as given; "auto"
+is static without snapshots (a moved partition would replay its log from offset 0) and
+group-managed with them (a moved partition is restored from a snapshot). Any other value
+fails (values.schema.json rejects it too; this covers --skip-schema-validation and the
+string "true" of `--set-string`).
+*/}}
+{{- define "tidemark.staticAssignment" -}}
+{{- $v := .Values.staticAssignment }}
+{{- if kindIs "bool" $v }}
+{{- if $v }}true{{ end }}
+{{- else if eq (toString $v) "auto" }}
+{{- if not .Values.snapshots.enabled }}true{{ end }}
+{{- else }}
+{{- fail (printf "staticAssignment must be auto, true or false (true/false as YAML booleans, unquoted; not the string %q)" (toString $v)) }}
+{{- end }}
+{{- end }}
+
+{{/*
 Workloads. Every pod carries app.kubernetes.io/component: "stream" (the `tidemark run`
 StatefulSet), "microbatch" or "finance-close", and the stream's Services, PDB and
 anti-affinity select component=stream, so they never pick up a micro-batch or close pod.
