@@ -8,12 +8,18 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::engine::outbox::RowState;
 
+/// An outcome not used within this long is dropped: the audit read covers every partition's
+/// actions, most of which this process never re-derives (their partitions are elsewhere),
+/// and a replay reaches the ones it does re-derive within minutes.
+const KEEP_FOR: Duration = Duration::from_secs(3600);
+
 #[derive(Default)]
 pub struct Settled {
-    outcomes: Mutex<HashMap<String, RowState>>,
+    outcomes: Mutex<HashMap<String, (RowState, Instant)>>,
 }
 
 /// The final outcome an audit record states, if it states one: an `attempt` that was
@@ -31,15 +37,21 @@ pub fn outcome_of(event: &str, status: Option<u16>, reason: Option<&str>) -> Opt
 }
 
 impl Settled {
-    pub fn insert(&self, key: String, state: RowState) {
+    /// Adds the outcomes of one audit read, after dropping those kept too long.
+    pub fn extend(&self, outcomes: impl IntoIterator<Item = (String, RowState)>) {
+        self.extend_at(outcomes, Instant::now());
+    }
+
+    fn extend_at(&self, outcomes: impl IntoIterator<Item = (String, RowState)>, now: Instant) {
         if let Ok(mut m) = self.outcomes.lock() {
-            m.insert(key, state);
+            m.retain(|_, (_, at)| now.saturating_duration_since(*at) < KEEP_FOR);
+            m.extend(outcomes.into_iter().map(|(k, state)| (k, (state, now))));
         }
     }
 
     /// The recorded outcome of `key`, removed: each is used once.
     pub fn take(&self, key: &str) -> Option<RowState> {
-        self.outcomes.lock().ok().and_then(|mut m| m.remove(key))
+        self.outcomes.lock().ok().and_then(|mut m| m.remove(key)).map(|(state, _)| state)
     }
 
     pub fn len(&self) -> usize {
@@ -69,9 +81,19 @@ mod tests {
     }
 
     #[test]
+    fn outcomes_older_than_an_hour_are_dropped_when_others_arrive() {
+        let s = Settled::default();
+        let t0 = Instant::now();
+        s.extend_at([("old".to_string(), RowState::Conflict)], t0);
+        s.extend_at([("new".to_string(), RowState::Conflict)], t0 + KEEP_FOR + Duration::from_secs(1));
+        assert_eq!(s.take("old"), None);
+        assert_eq!(s.take("new"), Some(RowState::Conflict));
+    }
+
+    #[test]
     fn an_outcome_is_taken_once() {
         let s = Settled::default();
-        s.insert("k".into(), RowState::Conflict);
+        s.extend([("k".to_string(), RowState::Conflict)]);
         assert_eq!(s.take("k"), Some(RowState::Conflict));
         assert_eq!(s.take("k"), None);
         assert!(s.is_empty());

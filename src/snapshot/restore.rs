@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use super::layout::{Found, Layout};
 use super::SnapshotConfig;
 use crate::actions::{outcome_of, Settled};
+use crate::engine::outbox::RowState;
 use crate::kafka::{reader, KafkaSettings};
 
 /// The audit topic is read from this long before a snapshot's wall-clock time: the
@@ -116,14 +117,13 @@ impl Restorer {
         }
         match reader::read_topic_since(&self.settings, &self.audit_topic, since) {
             Ok(records) => {
-                let before = self.settled.len();
-                for msg in &records {
-                    let Some(Ok(view)) = msg.payload().map(serde_json::from_slice::<AuditView>) else { continue };
-                    if let Some(outcome) = outcome_of(&view.event, view.status, view.reason.as_deref()) {
-                        self.settled.insert(view.key, outcome);
-                    }
-                }
-                info!(partition = %id, audit_records = records.len(), settled = self.settled.len().saturating_sub(before), "audit topic read since the snapshot");
+                let outcomes: Vec<(String, RowState)> = records
+                    .iter()
+                    .filter_map(|msg| serde_json::from_slice::<AuditView>(msg.payload()?).ok())
+                    .filter_map(|v| Some((v.key, outcome_of(&v.event, v.status, v.reason.as_deref())?)))
+                    .collect();
+                info!(partition = %id, audit_records = records.len(), settled = outcomes.len(), "audit topic read since the snapshot");
+                self.settled.extend(outcomes);
             }
             Err(e) => warn!(
                 partition = %id,

@@ -155,6 +155,25 @@ mod tests {
         Store::open(dir, &StoreOptions { owner: "t/g".into(), ..StoreOptions::default() })
     }
 
+    /// Two empty stores and a directory for the export's files (the stores close before
+    /// their directories go: fields drop in order).
+    struct Fixture {
+        a: Store,
+        b: Store,
+        files: tempfile::TempDir,
+        _dirs: (tempfile::TempDir, tempfile::TempDir),
+    }
+
+    fn fixture() -> Result<Fixture, StateError> {
+        let dirs = (tempfile::tempdir().expect("tmp"), tempfile::tempdir().expect("tmp"));
+        Ok(Fixture {
+            a: open(dirs.0.path())?,
+            b: open(dirs.1.path())?,
+            files: tempfile::tempdir().expect("tmp"),
+            _dirs: dirs,
+        })
+    }
+
     fn fill(store: &Store, p: PartitionId, n: i64) -> Result<(), StateError> {
         let mut b = store.batch();
         for i in 0..n {
@@ -171,12 +190,11 @@ mod tests {
 
     #[test]
     fn a_partition_exported_from_one_store_reads_the_same_in_another() -> Result<(), StateError> {
-        let (a_dir, b_dir, files) =
-            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let (a, b) = (open(a_dir.path())?, open(b_dir.path())?);
+        let f = fixture()?;
+        let (a, b, files) = (&f.a, &f.b, &f.files);
         let (p, other) = (PartitionId::orders(3), PartitionId::orders(4));
-        fill(&a, p, 50)?;
-        fill(&a, other, 5)?;
+        fill(a, p, 50)?;
+        fill(a, other, 5)?;
         let export = a.export_partition(&a.consistent_point(), p, files.path())?.expect("p committed");
         b.import_partition(p, files.path(), &export)?;
 
@@ -194,12 +212,11 @@ mod tests {
 
     #[test]
     fn an_import_replaces_what_the_store_held_of_the_partition() -> Result<(), StateError> {
-        let (a_dir, b_dir, files) =
-            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let (a, b) = (open(a_dir.path())?, open(b_dir.path())?);
+        let f = fixture()?;
+        let (a, b, files) = (&f.a, &f.b, &f.files);
         let p = PartitionId::sku(1);
-        fill(&a, p, 3)?;
-        fill(&b, p, 40)?;
+        fill(a, p, 3)?;
+        fill(b, p, 40)?;
         let export = a.export_partition(&a.consistent_point(), p, files.path())?.expect("p committed");
         b.import_partition(p, files.path(), &export)?;
         assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(3));
@@ -209,12 +226,12 @@ mod tests {
 
     #[test]
     fn an_export_is_of_the_moment_its_point_was_taken() -> Result<(), StateError> {
-        let (a_dir, files) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let a = open(a_dir.path())?;
+        let f = fixture()?;
+        let (a, files) = (&f.a, &f.files);
         let p = PartitionId::orders(0);
-        fill(&a, p, 10)?;
+        fill(a, p, 10)?;
         let point = a.consistent_point();
-        fill(&a, p, 20)?;
+        fill(a, p, 20)?;
         let export = a.export_partition(&point, p, files.path())?.expect("p committed");
         assert_eq!(export.checkpoint.next_offset, 10);
         let agg = export.files.iter().find(|f| f.column_family == CF_AGGREGATES).map(|f| f.entries);
@@ -224,18 +241,17 @@ mod tests {
 
     #[test]
     fn a_partition_that_never_committed_exports_nothing_and_a_damaged_file_is_refused() -> Result<(), StateError> {
-        let (a_dir, b_dir, files) =
-            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let (a, b) = (open(a_dir.path())?, open(b_dir.path())?);
+        let f = fixture()?;
+        let (a, b, files) = (&f.a, &f.b, &f.files);
         assert_eq!(a.export_partition(&a.consistent_point(), PartitionId::orders(9), files.path())?, None);
         let p = PartitionId::orders(1);
-        fill(&a, p, 5)?;
+        fill(a, p, 5)?;
         let export = a.export_partition(&a.consistent_point(), p, files.path())?.expect("p committed");
         let victim = files.path().join(&export.files[0].file);
         let mut bytes = std::fs::read(&victim).unwrap();
         bytes.truncate(bytes.len() / 2);
         std::fs::write(&victim, bytes).unwrap();
-        fill(&b, p, 2)?;
+        fill(b, p, 2)?;
         assert!(matches!(b.import_partition(p, files.path(), &export), Err(StateError::Decode { .. })));
         assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(2), "nothing changed");
         Ok(())
