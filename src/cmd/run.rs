@@ -47,6 +47,15 @@ fn snapshot_config(
         keep,
         topology: opts.topology.name.clone(),
         group: opts.group_id.clone(),
+        topics: [
+            &opts.topology.orders,
+            &opts.topology.inventory,
+            &opts.topology.sku_repartition,
+            &opts.topology.combine_repartition,
+        ]
+        .iter()
+        .map(|t| t.topic.clone())
+        .collect(),
     };
     info!(dir = %dir.display(), interval = ?interval, keep, "snapshots on");
     Ok(Some(cfg))

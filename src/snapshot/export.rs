@@ -11,6 +11,12 @@ use tracing::{info, warn};
 use super::layout::{Layout, Manifest, FORMAT};
 use super::SnapshotConfig;
 
+/// Who exports, under which configuration.
+pub struct Exporter<'a> {
+    pub cfg: &'a SnapshotConfig,
+    pub taken_by: &'a str,
+}
+
 /// Exports `id` as of `point` and publishes it, unless its newest snapshot is already at
 /// `committed` (the offset the stream last committed) or beyond what the export holds.
 /// `Some(bytes)` when a new snapshot was published.
@@ -20,8 +26,7 @@ pub fn export_one(
     point: &ConsistentPoint<'_>,
     id: PartitionId,
     committed: Option<i64>,
-    taken_by: &str,
-    keep: usize,
+    who: &Exporter<'_>,
 ) -> anyhow::Result<Option<u64>> {
     let newest = layout.latest(id)?.map(|f| f.manifest.export.checkpoint.next_offset);
     if newest.is_some_and(|n| committed.is_some_and(|c| n >= c)) {
@@ -39,14 +44,15 @@ pub fn export_one(
             partition: id.to_string(),
             source: id.source,
             number: id.partition,
+            topic: who.cfg.topic_of(id).to_string(),
             taken_at_ms: chrono::Utc::now().timestamp_millis(),
-            taken_by: taken_by.to_string(),
+            taken_by: who.taken_by.to_string(),
             export,
         };
         if !layout.publish(&temp, &manifest)? {
             return Ok(None);
         }
-        layout.prune(id, keep)?;
+        layout.prune(id, who.cfg.keep)?;
         Ok(Some(bytes))
     })();
     if temp.exists() {
@@ -58,14 +64,14 @@ pub fn export_one(
 /// The export of partitions a rebalance takes from this process, after their last commit:
 /// their next owner restores exactly where this one stopped and replays nothing.
 pub struct Handover {
+    cfg: SnapshotConfig,
     layout: Layout,
-    keep: usize,
     taken_by: String,
 }
 
 impl Handover {
     pub fn new(cfg: &SnapshotConfig, taken_by: String) -> Arc<Self> {
-        Arc::new(Handover { layout: cfg.layout(), keep: cfg.keep, taken_by })
+        Arc::new(Handover { cfg: cfg.clone(), layout: cfg.layout(), taken_by })
     }
 
     /// Exports `ids` now (on the stream thread: the rebalance waits for it). A failure is
@@ -75,7 +81,8 @@ impl Handover {
         let point = store.consistent_point();
         let (mut published, mut bytes) = (0usize, 0u64);
         for id in ids {
-            match export_one(&self.layout, store, &point, *id, None, &self.taken_by, self.keep) {
+            let who = Exporter { cfg: &self.cfg, taken_by: &self.taken_by };
+            match export_one(&self.layout, store, &point, *id, None, &who) {
                 Ok(Some(b)) => {
                     published += 1;
                     bytes += b;

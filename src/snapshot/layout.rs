@@ -35,6 +35,8 @@ pub struct Manifest {
     pub partition: String,
     pub source: u16,
     pub number: i32,
+    /// The Kafka topic the partition belongs to: a restore refuses a snapshot of another.
+    pub topic: String,
     /// Wall-clock time of the export (milliseconds since the epoch): where a restore starts
     /// reading the audit topic for actions completed after it. Never part of any output.
     pub taken_at_ms: i64,
@@ -189,6 +191,7 @@ mod tests {
             partition: p.to_string(),
             source: p.source,
             number: p.partition,
+            topic: "orders".into(),
             taken_at_ms: 1,
             taken_by: "test".into(),
             export: PartitionExport {

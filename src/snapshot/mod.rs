@@ -41,10 +41,17 @@ pub struct SnapshotConfig {
     /// The topology's name and the consumer group: one snapshot tree per pair.
     pub topology: String,
     pub group: String,
+    /// The topic of each source (`PartitionId::source` is the index): written into every
+    /// manifest, and a snapshot of another topic is never imported.
+    pub topics: Vec<String>,
 }
 
 impl SnapshotConfig {
     pub fn layout(&self) -> Layout {
         Layout::new(&self.dir, &self.topology, &self.group)
+    }
+
+    pub fn topic_of(&self, p: tidemark_state::PartitionId) -> &str {
+        self.topics.get(usize::from(p.source)).map_or("", String::as_str)
     }
 }

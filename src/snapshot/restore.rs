@@ -33,6 +33,7 @@ const ATTEMPTS: usize = 3;
 const AUDIT_READ_REUSE: Duration = Duration::from_secs(30);
 
 pub struct Restorer {
+    cfg: SnapshotConfig,
     layout: Layout,
     settings: KafkaSettings,
     audit_topic: String,
@@ -52,7 +53,7 @@ struct AuditView {
 
 impl Restorer {
     pub fn new(cfg: &SnapshotConfig, settings: KafkaSettings, audit_topic: String, settled: Arc<Settled>) -> Self {
-        Restorer { layout: cfg.layout(), settings, audit_topic, settled, last_read: Mutex::default() }
+        Restorer { cfg: cfg.clone(), layout: cfg.layout(), settings, audit_topic, settled, last_read: Mutex::default() }
     }
 
     /// Imports the newest snapshot of `id` into `store` when it is ahead of what the store
@@ -74,7 +75,12 @@ impl Restorer {
                 return None;
             }
         };
+        let topic = self.cfg.topic_of(id);
         for found in candidates.into_iter().take(ATTEMPTS) {
+            if found.manifest.topic != topic {
+                warn!(partition = %id, topic, snapshot = %found.dir.display(), snapshot_topic = %found.manifest.topic, "snapshot of another topic; not imported");
+                continue;
+            }
             let next = found.manifest.export.checkpoint.next_offset;
             if local.is_some_and(|l| l >= next) {
                 return None;
@@ -132,5 +138,67 @@ impl Restorer {
                 "cannot read the audit topic; actions completed after the snapshot may be sent again"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::export::{export_one, Exporter};
+    use tidemark_state::{Checkpoint, StoreOptions};
+
+    fn config(dir: &std::path::Path, orders_topic: &str) -> SnapshotConfig {
+        SnapshotConfig {
+            dir: dir.to_path_buf(),
+            interval: std::time::Duration::from_secs(60),
+            keep: 2,
+            topology: "t".into(),
+            group: "g".into(),
+            topics: vec![orders_topic.into(), "inventory".into(), "sku".into(), "combine".into()],
+        }
+    }
+
+    fn store(dir: &std::path::Path) -> Store {
+        Store::open(dir, &StoreOptions { owner: "t/g".into(), ..StoreOptions::default() }).expect("store")
+    }
+
+    #[test]
+    fn a_snapshot_is_imported_only_into_a_store_behind_it_and_only_for_the_same_topic() {
+        let (snapshots, a_dir, b_dir, c_dir) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let p = PartitionId::orders(2);
+        let a = store(a_dir.path());
+        let mut batch = a.batch();
+        batch.put_checkpoint(p, &Checkpoint { next_offset: 42, ..Checkpoint::default() }).unwrap();
+        a.commit_staged(batch.stage()).unwrap();
+        let cfg = config(snapshots.path(), "shop.orders");
+        let who = Exporter { cfg: &cfg, taken_by: "a" };
+        assert!(export_one(&cfg.layout(), &a, &a.consistent_point(), p, None, &who).unwrap().is_some());
+
+        let restorer = |topic: &str| {
+            Restorer::new(
+                &config(snapshots.path(), topic),
+                KafkaSettings::new("127.0.0.1:1"),
+                "audit".into(),
+                Arc::default(),
+            )
+        };
+        let b = store(b_dir.path());
+        assert!(restorer("other.orders").restore_if_ahead(&b, p).is_none(), "another topic's snapshot");
+        assert_eq!(b.checkpoint(p).unwrap(), None);
+        assert!(restorer("shop.orders").restore_if_ahead(&b, p).is_some());
+        assert_eq!(b.checkpoint(p).unwrap().map(|c| c.next_offset), Some(42));
+        assert!(restorer("shop.orders").restore_if_ahead(&b, p).is_none(), "already there");
+
+        let c = store(c_dir.path());
+        let mut batch = c.batch();
+        batch.put_checkpoint(p, &Checkpoint { next_offset: 50, ..Checkpoint::default() }).unwrap();
+        c.commit_staged(batch.stage()).unwrap();
+        assert!(restorer("shop.orders").restore_if_ahead(&c, p).is_none(), "local state ahead of the snapshot");
+        assert_eq!(c.checkpoint(p).unwrap().map(|c| c.next_offset), Some(50));
     }
 }

@@ -16,7 +16,7 @@ use metrics::{counter, gauge, histogram};
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
-use super::export::export_one;
+use super::export::{export_one, Exporter};
 use super::layout::Layout;
 use super::SnapshotConfig;
 use crate::telemetry::Progress;
@@ -78,7 +78,8 @@ impl Taker {
         let mut round = Round::default();
         for id in ids {
             let committed = owned.get(&id).map(|p| p.committed_next);
-            match export_one(&self.layout, &self.store, &point, id, committed, &self.taken_by, self.cfg.keep) {
+            let who = Exporter { cfg: &self.cfg, taken_by: &self.taken_by };
+            match export_one(&self.layout, &self.store, &point, id, committed, &who) {
                 Ok(Some(bytes)) => {
                     round.published += 1;
                     round.bytes += bytes;

@@ -438,6 +438,18 @@ impl Runner {
         Ok(task)
     }
 
+    /// Everything a revocation needs before the partitions go: the work done so far committed
+    /// and durable, actions under way recorded, the state exported (see docs/tasks.md).
+    fn hand_over(&mut self, consumer: &Consumer_, ids: &[PartitionId]) -> anyhow::Result<()> {
+        self.commit(consumer)?;
+        self.complete(consumer)?;
+        self.quiesce_actions(ids);
+        if let Some(handover) = &self.opts.handover {
+            handover.export(&self.store, ids);
+        }
+        Ok(())
+    }
+
     /// Stops the dispatcher's attempts for revoked SKU partitions and waits for those under
     /// way to store their outcome (at most one endpoint timeout and a little more), so the
     /// state handed over records every acknowledged action.
@@ -460,16 +472,14 @@ impl Runner {
             match event {
                 AssignmentEvent::Revoked(ids, tpl) => {
                     // Keep the work done so far: commit, make it durable, hand the state
-                    // over (with snapshots on), then let the partitions go.
-                    self.commit(consumer)?;
-                    self.complete(consumer)?;
-                    self.quiesce_actions(&ids);
-                    if let Some(handover) = &self.opts.handover {
-                        handover.export(&self.store, &ids);
-                    }
+                    // over (with snapshots on), then let the partitions go. They go even if
+                    // the commit failed (the process then stops with that error): a closing
+                    // consumer would wait for them forever.
+                    let handed = self.hand_over(consumer, &ids);
                     if let Err(e) = TaskContext::release(consumer, &tpl) {
                         warn!(error = %e, partitions = ?ids, "releasing revoked partitions failed");
                     }
+                    handed?;
                     for id in ids {
                         self.tasks.remove(&id);
                         self.last_marks.remove(&id);
