@@ -169,6 +169,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
                 opts.settings.clone(),
                 opts.topology.audit.topic.clone(),
                 Arc::clone(&actions.settled),
+                Arc::clone(&opts.progress),
             )));
             let taken_by = opts.instance_id.clone().unwrap_or_else(|| format!("pid-{}", std::process::id()));
             opts.handover = Some(snapshot::Handover::new(cfg, taken_by.clone()));

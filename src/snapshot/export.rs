@@ -74,13 +74,15 @@ impl Handover {
         Arc::new(Handover { cfg: cfg.clone(), layout: cfg.layout(), taken_by })
     }
 
-    /// Exports `ids` now (on the stream thread: the rebalance waits for it). A failure is
-    /// logged and counted; the next owner then restores an older snapshot and replays more.
-    pub fn export(&self, store: &Store, ids: &[PartitionId]) {
+    /// Exports `ids` now (on the stream thread: the rebalance waits for it), calling `beat`
+    /// after each partition. A failure is logged and counted; the next owner then restores
+    /// an older snapshot and replays more.
+    pub fn export(&self, store: &Store, ids: &[PartitionId], beat: &dyn Fn()) {
         let started = Instant::now();
         let point = store.consistent_point();
         let (mut published, mut bytes) = (0usize, 0u64);
         for id in ids {
+            beat();
             let who = Exporter { cfg: &self.cfg, taken_by: &self.taken_by };
             match export_one(&self.layout, store, &point, *id, None, &who) {
                 Ok(Some(b)) => {

@@ -22,6 +22,7 @@ use super::SnapshotConfig;
 use crate::actions::{outcome_of, Settled};
 use crate::engine::outbox::RowState;
 use crate::kafka::{reader, KafkaSettings};
+use crate::telemetry::Progress;
 
 /// The audit topic is read from this long before a snapshot's wall-clock time: the
 /// snapshot's clock and the broker's may disagree by that much.
@@ -40,6 +41,9 @@ pub struct Restorer {
     settled: Arc<Settled>,
     /// The `since` of the last audit read and when it ran.
     last_read: Mutex<Option<(i64, Instant)>>,
+    /// An import runs inside the rebalance callback: it marks the process as restoring, so
+    /// liveness allows it a restore's silence.
+    progress: Arc<Progress>,
 }
 
 /// What an audit record says about an action (docs/formats.md, "Audit topic").
@@ -52,8 +56,22 @@ struct AuditView {
 }
 
 impl Restorer {
-    pub fn new(cfg: &SnapshotConfig, settings: KafkaSettings, audit_topic: String, settled: Arc<Settled>) -> Self {
-        Restorer { cfg: cfg.clone(), layout: cfg.layout(), settings, audit_topic, settled, last_read: Mutex::default() }
+    pub fn new(
+        cfg: &SnapshotConfig,
+        settings: KafkaSettings,
+        audit_topic: String,
+        settled: Arc<Settled>,
+        progress: Arc<Progress>,
+    ) -> Self {
+        Restorer {
+            cfg: cfg.clone(),
+            layout: cfg.layout(),
+            settings,
+            audit_topic,
+            settled,
+            last_read: Mutex::default(),
+            progress,
+        }
     }
 
     /// Imports the newest snapshot of `id` into `store` when it is ahead of what the store
@@ -86,6 +104,7 @@ impl Restorer {
                 return None;
             }
             let started = Instant::now();
+            self.progress.restoring(true);
             match store.import_partition(id, &found.dir, &found.manifest.export) {
                 Ok(()) => {
                     counter!("tidemark_snapshot_restores_total").increment(1);
@@ -184,6 +203,7 @@ mod tests {
                 &config(snapshots.path(), topic),
                 KafkaSettings::new("127.0.0.1:1"),
                 "audit".into(),
+                Arc::default(),
                 Arc::default(),
             )
         };

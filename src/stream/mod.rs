@@ -213,6 +213,11 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         .set("isolation.level", "read_committed")
         .set("statistics.interval.ms", STATS_EVERY_MS)
         .set("session.timeout.ms", opts.session_timeout.as_millis().to_string())
+        // A hand-over export or a snapshot import runs between two polls (in the rebalance
+        // callback or right after it): as long as a restore may take before liveness fails
+        // (`MAX_RESTORE_SILENCE_MS`), not the default 5 minutes, or the group takes the
+        // member for dead in the middle of it.
+        .set("max.poll.interval.ms", crate::telemetry::progress::MAX_RESTORE_SILENCE_MS.to_string())
         // Only the partitions that move are revoked in a rebalance (KIP-429); the others go
         // on. Every member of a group must use it (docs/operations.md, "Scaling").
         .set("partition.assignment.strategy", "cooperative-sticky")
@@ -443,10 +448,15 @@ impl Runner {
     fn hand_over(&mut self, consumer: &Consumer_, ids: &[PartitionId]) -> anyhow::Result<()> {
         self.commit(consumer)?;
         self.complete(consumer)?;
+        // Liveness allows the hand-over a restore's silence: the export of a large state
+        // takes minutes, with a beat per partition.
+        self.opts.progress.restoring(true);
         self.quiesce_actions(ids);
         if let Some(handover) = &self.opts.handover {
-            handover.export(&self.store, ids);
+            let progress = Arc::clone(&self.opts.progress);
+            handover.export(&self.store, ids, &|| progress.beat());
         }
+        self.opts.progress.restoring(false);
         Ok(())
     }
 
