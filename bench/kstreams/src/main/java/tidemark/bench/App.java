@@ -64,6 +64,12 @@ import java.util.stream.Collectors;
  *   --lag-out FILE      (JSON lines, once a second: the application's committed offsets and the
  *                       end offsets, summed over the partitions of the orders and the repartition
  *                       topic: {"t","orders_committed","orders_end","repartition_committed","repartition_end"})
+ *   --standby N         num.standby.replicas (default 0, the Kafka Streams default)
+ *   --session-timeout-ms MS  session.timeout.ms of the stream threads' consumers and the
+ *                       dispatcher's (heartbeat.interval.ms = MS / 3); unset: the client default
+ *   --task-log          stderr line `[ks] t=EPOCH_MS tasks active=TOPIC:P,... standby=TOPIC:P,...`
+ *                       whenever this instance's task assignment changes (checked every 200 ms;
+ *                       the input partitions of its active and standby tasks)
  * </pre>
  *
  * <p>Stderr also gets `[ks] t=EPOCH_MS state OLD -&gt; NEW` for every client state change and
@@ -136,6 +142,12 @@ public final class App {
             // Static membership; Kafka Streams suffixes it with "-<thread index>" per stream thread.
             p.put(StreamsConfig.consumerPrefix(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG), instanceId);
         }
+        p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, Integer.parseInt(arg("standby", "0")));
+        String sessionMs = ARGS.get("session-timeout-ms");
+        if (sessionMs != null) {
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), sessionMs);
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), String.valueOf(Long.parseLong(sessionMs) / 3));
+        }
         // Same producer durability as tidemark (acks=all, idempotent), which are the KS defaults too.
         p.put(StreamsConfig.producerPrefix("acks"), "all");
         p.put(StreamsConfig.producerPrefix("compression.type"), arg("compression", "lz4"));
@@ -169,8 +181,14 @@ public final class App {
         String url = ARGS.get("action-url");
         if (url != null) {
             dispatcher = new Dispatcher(bootstrap, appId + "-dispatch", instanceId == null ? null : instanceId + "-dispatch",
-                cfg.actions, url, arg("latency-out", null));
+                cfg.actions, url, arg("latency-out", null), sessionMs);
             Thread th = new Thread(dispatcher, "dispatcher");
+            th.setDaemon(true);
+            th.start();
+        }
+
+        if (ARGS.containsKey("task-log")) {
+            Thread th = new Thread(() -> taskLogger(streams), "task-logger");
             th.setDaemon(true);
             th.start();
         }
@@ -231,6 +249,30 @@ public final class App {
         }
     }
 
+    /** Every 200 ms: this instance's active and standby input partitions, printed when they change. */
+    static void taskLogger(KafkaStreams streams) {
+        String last = "";
+        while (true) {
+            try {
+                Thread.sleep(200);
+                java.util.TreeSet<String> active = new java.util.TreeSet<>(), standby = new java.util.TreeSet<>();
+                for (var th : streams.metadataForLocalThreads()) {
+                    for (var t : th.activeTasks()) t.topicPartitions().forEach(tp -> active.add(tp.topic() + ":" + tp.partition()));
+                    for (var t : th.standbyTasks()) t.topicPartitions().forEach(tp -> standby.add(tp.topic() + ":" + tp.partition()));
+                }
+                String now = "active=" + String.join(",", active) + " standby=" + String.join(",", standby);
+                if (!now.equals(last)) {
+                    System.err.println("[ks] t=" + System.currentTimeMillis() + " tasks " + now);
+                    last = now;
+                }
+            } catch (InterruptedException e) {
+                return;
+            } catch (RuntimeException e) {
+                // metadata not available while the client is starting or shutting down
+            }
+        }
+    }
+
     /** Polls the group's committed offsets until every partition of `topics` is at its end. */
     static long waitDrained(String bootstrap, String group, List<String> topics, long t0) throws Exception {
         try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
@@ -276,8 +318,8 @@ public final class App {
         volatile long lastActivity = System.currentTimeMillis();
         long delivered;
 
-        Dispatcher(String bootstrap, String group, String instanceId, String topic, String url, String latencyOut)
-                throws IOException {
+        Dispatcher(String bootstrap, String group, String instanceId, String topic, String url, String latencyOut,
+                   String sessionMs) throws IOException {
             Properties c = new Properties();
             c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
@@ -286,6 +328,10 @@ public final class App {
             c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
             c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
             c.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "50");
+            if (sessionMs != null) {
+                c.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, sessionMs);
+                c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, String.valueOf(Long.parseLong(sessionMs) / 3));
+            }
             consumer = new KafkaConsumer<>(c, new StringDeserializer(), new StringDeserializer());
             consumer.subscribe(List.of(topic));
             uri = URI.create(url);
