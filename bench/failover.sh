@@ -89,7 +89,7 @@ run_tidemark() {
   done
   PIDS+=($(cat "$d/A.pid") $(cat "$d/B.pid"))
   wait_ready "$ha" 120 && wait_ready "$hb" 120 || { tail -30 "$d/A.log" "$d/B.log" >&2; exit 1; }
-  py sample "$d/samples.jsonl" --url "A=http://127.0.0.1:$ha/metrics" --url "B=http://127.0.0.1:$hb/metrics" & sp=$!; PIDS+=($sp)
+  python3 "$BENCH/lib/failover.py" sample "$d/samples.jsonl" --url "A=http://127.0.0.1:$ha/metrics" --url "B=http://127.0.0.1:$hb/metrics" & sp=$!; PIDS+=($sp)
   # settled: every partition of orders and sku-repartition owned by exactly one of the two, and
   # both own some partition (any source)
   for n in $(seq 1 120); do

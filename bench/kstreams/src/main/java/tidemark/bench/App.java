@@ -124,7 +124,14 @@ public final class App {
                 if (t.equals(cfg.dashboard)) nt.configs(Map.of("cleanup.policy", "compact"));
                 create.add(nt);
             }
-            if (!create.isEmpty()) admin.createTopics(create).all().get();
+            if (!create.isEmpty()) {
+                try {
+                    admin.createTopics(create).all().get();
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // another instance of the application created them at the same time
+                    if (!(e.getCause() instanceof org.apache.kafka.common.errors.TopicExistsException)) throw e;
+                }
+            }
         }
 
         Properties p = new Properties();
