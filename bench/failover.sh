@@ -34,8 +34,9 @@
 #   KS: A's last task line), A gets `kill -9`, POST_KILL_S more input, DRAIN_S, then B stops.
 #   Action SKUs map to partitions as each system places them (bench/lib/failover.py).
 #
-# Output: bench/results/${NAME:-failover}.json and .png, raw files (action logs, samples,
-# logs, task lines, per-run summaries) under bench/results/raw/${NAME:-failover}-*.
+# Output: bench/results/${NAME:-failover}.json and .png, raw files (action logs and samples
+# gzipped, process logs as .txt, /metrics pages before the live input and at the kill, per-run
+# summaries r.json) under bench/results/raw/${NAME:-failover}-r<run>-<system>-*.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 RATE="${1:-20000}"; PRE_KILL_S="${2:-60}"; POST_KILL_S="${3:-90}"
@@ -132,7 +133,7 @@ PY
   meta=$(python3 -c "import json,sys; a=sys.argv; print(json.dumps({'loadavg_before': float(a[1]), 'gen_start': a[2], 'killed_owned_orders_at_kill': a[3].split(), 'survivor_owned_orders_at_kill': a[4].split(), 'both_owned_orders_partitions_at_kill': bool(a[3].strip() and a[4].strip()), 'snapshot_dir_mb': int(a[5]), 'assignment_before_live': a[6].strip(), 'assignment_at_kill': a[7].strip()}))" \
     "$la" "$GEN_START" "$ok_a" "$ok_b" "$(du -sm "$d/snap" | cut -f1)" "$SPLIT" "$SPLIT_K")
   py run "$d/r.json" --system tidemark --victim "$V" --actions "$d/actions.jsonl" --t0 "$t0" --tk "$tk" --affected "$aff" --partitions "$PARTITIONS" \
-    --gen-start "$GEN_START" --samples "$d/samples.jsonl" --tm-log-b "$d/$S.log" --meta "$meta" >&2
+    --gen-start "$GEN_START" --samples "$d/samples.jsonl" --tm-log-b "$d/$S.log" --tm-log-a "$d/$V.log" --meta "$meta" >&2
   rm -rf "$d"/state-* "$d/snap"
 }
 
@@ -191,9 +192,14 @@ for s in $RUNS; do
   if [ "$s" = tidemark ]; then run_tidemark "$i"; else run_ks "$i"; fi
   PREV="$TAG-r$i\\..*"
   # raw files of this run
-  for f in "$WORK/r$i"/*; do
-    case "$f" in *.pid|*.toml.src) continue;; esac
-    [ -f "$f" ] && cp "$f" "$RAW/$OUT-r$i-$s-$(basename "$f")"
+  for f in "$WORK/r$i"/*; do # logs as .txt (*.log is git-ignored), the large JSON lines gzipped
+    [ -f "$f" ] || continue
+    case "$f" in
+      *.pid|*.toml.src) ;;
+      *.log) cp "$f" "$RAW/$OUT-r$i-$s-$(basename "$f").txt" ;;
+      */actions.jsonl|*/samples.jsonl) gzip -c "$f" > "$RAW/$OUT-r$i-$s-$(basename "$f").gz" ;;
+      *) cp "$f" "$RAW/$OUT-r$i-$s-$(basename "$f")" ;;
+    esac
   done
   SUMMARIES+=("$WORK/r$i/r.json")
 done
