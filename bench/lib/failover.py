@@ -309,6 +309,13 @@ def run(args):
         tb = next((t for t, d in tasks if t >= tk and full(d)), None)
         res["survivor_owns_every_partition_after_kill_s"] = rnd(tb - tk) if tb else None
         res["killed_process"], res["surviving_process"] = "A", "B"
+        # when the survivor's task of each affected SKU partition became active: its actions can
+        # only be computed from then on (earlier POSTs of affected SKUs are action records the
+        # killed process committed before the kill, handed to the survivor's dispatcher)
+        per = {str(p): rnd(next((t - tk for t, d in tasks if t >= tk and any(x.endswith(f"sku-repartition:{p}") for x in d["active"])), None))
+               for p in sorted(affected)}
+        res["affected_sku_tasks_active_on_survivor_after_kill_s"] = per
+        res["every_affected_sku_task_active_after_kill_s"] = max(per.values()) if per and None not in per.values() else None
         res["b_task_changes_after_kill"] = [{"t_s": rnd(t - tk), "active": sorted(d["active"]), "standby": sorted(d["standby"])}
                                             for t, d in tasks if t >= tk]
         states = []
@@ -348,8 +355,9 @@ def per_second(pts):
 
 
 # --- the combined result ------------------------------------------------------------------------
-HEAD = ("first_affected_action_after_kill_s", "survivor_owns_every_partition_after_kill_s",
-        "backlog_age_below_1s_every_partition_after_kill_s", "p99_below_1s_after_kill_s",
+HEAD = ("first_affected_action_after_kill_s", "every_affected_partition_acting_again_after_kill_s", "survivor_owns_every_partition_after_kill_s",
+        "every_affected_sku_task_active_after_kill_s",
+        "backlog_age_below_1s_every_partition_after_kill_s", "max_survivor_backlog_age_after_kill_s", "p99_below_1s_after_kill_s", "max_p99_before_kill_ms",
         "reposts_after_kill_of_keys_posted_before", "keys_with_two_payloads")
 
 
@@ -390,14 +398,17 @@ def report(args):
             a, b = set(runs[i]["normalised_keys"]), set(runs[j]["normalised_keys"])
             # windows both runs finished (the last window start either has, minus one window)
             last = min(max((int(k.rsplit("@", 1)[1]) for k in a), default=0), max((int(k.rsplit("@", 1)[1]) for k in b), default=0))
-            ac, bc = {k for k in a if int(k.rsplit("@", 1)[1]) <= last}, {k for k in b if int(k.rsplit("@", 1)[1]) <= last}
+            ac, bc = {k for k in a if int(k.rsplit("@", 1)[1]) < last}, {k for k in b if int(k.rsplit("@", 1)[1]) < last}
             cmp.append({"runs": [i + 1, j + 1], "systems": [runs[i]["system"], runs[j]["system"]], "keys": [len(a), len(b)],
-                        "compared_windows_up_to_s": last, "compared_keys": [len(ac), len(bc)], "all_keys_equal": a == b, "only_first": len(ac - bc),
+                        "compared_windows_starting_before_s": last, "compared_keys": [len(ac), len(bc)], "all_keys_equal": a == b, "only_first": len(ac - bc),
                         "only_second": len(bc - ac), "equal": ac == bc,
                         "examples_only_first": sorted(ac - bc)[:5], "examples_only_second": sorted(bc - ac)[:5]})
     res["key_set_comparison"] = cmp
     res["key_set_comparison_note"] = ("keys normalised to SKU@(window start − generator start) in s; compared over the windows "
-                                      "that both runs' actions reach (a run still behind at its end misses later windows); all_keys_equal compares every key")
+                                      "before the last window both runs' actions reach (a run still behind at its end has that window "
+                                      "incomplete and misses later ones); all_keys_equal compares every key; keys_per_window per run below")
+    res["keys_per_window"] = {str(i + 1): sorted(__import__("collections").Counter(int(k.rsplit("@", 1)[1]) for k in r["normalised_keys"]).items())
+                              for i, r in enumerate(runs)}
     json.dump(res, open(result, "w"), indent=1)
     print(json.dumps({"systems": res["systems"], "key_set_comparison": [{k: v for k, v in c.items() if not k.startswith("examples")} for c in cmp]}, indent=1))
 
@@ -427,7 +438,7 @@ def report(args):
             ax.annotate(f"first affected action, run {i + 1}: {fa:.1f} s", (fa, 0.97 - 0.08 * (i % 4)), xycoords=("data", "axes fraction"),
                         fontsize=7, color=c)
     for ax, lbl in ((ax1, "tidemark: backlog age (s)"), (ax2, "Kafka Streams (standby=1): p99 (s)")):
-        ax.axvline(0, color="red", lw=1.2, ls="--", label="kill -9")
+        ax.axvline(0, color="black", lw=1.2, ls="--", label="kill -9")
         ax.axvline(target, color="gray", lw=0.8, ls=":", label=f"{target:g} s target")
         ax.axhline(1, color="gray", lw=0.6)
         ax.set_yscale("symlog", linthresh=1); ax.set_ylim(bottom=0)
