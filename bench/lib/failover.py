@@ -21,6 +21,7 @@ import json, math, os, re, sys, time, urllib.request
 from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prom import samples  # noqa: E402
 from timeseries import ensure_mpl, load_jsonl, opt  # noqa: E402
 
 M32 = 0xFFFFFFFF
@@ -93,19 +94,9 @@ def iso_ms(s):
 
 
 # --- sample ---------------------------------------------------------------------------------
-LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
-LABELS = re.compile(r'(\w+)="([^"]*)"')
-
-
 def parse_page(page):
     s = {"owned": {}, "age": {}, "counts": {}, "restores": 0.0, "records": 0.0}
-    for line in page.splitlines():
-        if not line or line[0] == "#":
-            continue
-        m = LINE.match(line)
-        if not m:
-            continue
-        name, labels, v = m.group(1), dict(LABELS.findall(m.group(2) or "")), float(m.group(3))
+    for name, labels, v in samples(page):
         key = f"{labels.get('source', '?')}[{labels.get('partition', '?')}]"
         if name == "tidemark_partition_owned":
             s["owned"][key] = v

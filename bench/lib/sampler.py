@@ -14,7 +14,10 @@ One line per tick:
 A pidfile is re-read every tick, so a restarted processor (recovery benchmark) is followed.
 Stops on SIGTERM/SIGINT. Only the standard library is used.
 """
-import json, os, re, signal, sys, time, urllib.request
+import json, os, signal, sys, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prom import samples  # noqa: E402
 
 args = sys.argv[1:]
 out = args.pop(0)
@@ -39,19 +42,9 @@ def _stop(*_):
 signal.signal(signal.SIGTERM, _stop)
 signal.signal(signal.SIGINT, _stop)
 
-LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
-LABELS = re.compile(r'(\w+)="([^"]*)"')
-
-
 def parse(page):
     s = {"hist": {}, "backlog_age": {}, "lag": {}, "counters": {}}
-    for line in page.splitlines():
-        if not line or line[0] == "#":
-            continue
-        m = LINE.match(line)
-        if not m:
-            continue
-        name, labels, value = m.group(1), dict(LABELS.findall(m.group(2) or "")), float(m.group(3))
+    for name, labels, value in samples(page):
         if name == "tidemark_latency_seconds_bucket":
             le = float("inf") if labels["le"] == "+Inf" else float(labels["le"])
             s["hist"].setdefault(labels.get("segment", "?"), []).append([le, value])
