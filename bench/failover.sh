@@ -55,13 +55,6 @@ case "$RUNS" in *ks-*) ensure_kstreams;; esac
 broker_up
 scenario_begin failover
 py() { python3 "$BENCH/lib/failover.py" "$@"; }
-alive() { kill -0 "$(cat "$1")" 2>/dev/null || { blog "process $1 died"; tail -30 "$2" >&2; exit 1; }; }
-stop_pidfile() {
-  local p i; p=$(cat "$1")
-  kill "$p" 2>/dev/null || true
-  for i in $(seq 1 60); do kill -0 "$p" 2>/dev/null || break; sleep 1; done
-  kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; rm -f "$1"
-}
 # start_gen TOPIC_PREFIX GEN_LOG: paced input; event times from the current minute.
 start_gen() {
   GEN_START="$(date -u -d "@$(( $(date +%s) / 60 * 60 - EVENT_OFFSET_S ))" +%Y-%m-%dT%H:%M:%SZ)"

@@ -68,15 +68,6 @@ start_live() {
     2> >(stamp > "$2") >/dev/null &
   GEN=$!; PIDS+=($GEN)
 }
-# alive PIDFILE LOG: exits the script if the processor died.
-alive() { kill -0 "$(cat "$1")" 2>/dev/null || { blog "processor $1 died"; tail -50 "$2" >&2; exit 1; }; }
-# stop_pidfile PIDFILE: SIGTERM, up to 60 s for a clean exit, then SIGKILL.
-stop_pidfile() {
-  local p i; p=$(cat "$1")
-  kill "$p" 2>/dev/null || true
-  for i in $(seq 1 60); do kill -0 "$p" 2>/dev/null || break; sleep 1; done
-  kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; rm -f "$1"
-}
 # keys_before ACTIONS TK TR: first new action after the restart, re-POSTs of keys POSTed before the kill.
 keys_before() {
   python3 - "$1" "$2" "$3" <<'PY'

@@ -180,3 +180,13 @@ scenario_tidemark() {
   python3 "$BENCH/lib/sampler.py" "$WORK/samples.jsonl" --url "http://127.0.0.1:$HTTP/metrics" \
     --pidfile "processor=$WORK/tm.pid" --pid "broker=$BROKER_PID" & SP=$!; PIDS+=($SP)
 }
+
+# alive PIDFILE LOG: exits the script if the process died (with the tail of its log).
+alive() { kill -0 "$(cat "$1")" 2>/dev/null || { blog "process $1 died"; tail -50 "$2" >&2; exit 1; }; }
+# stop_pidfile PIDFILE: SIGTERM, up to 60 s for a clean exit, then SIGKILL.
+stop_pidfile() {
+  local p i; p=$(cat "$1")
+  kill "$p" 2>/dev/null || true
+  for i in $(seq 1 60); do kill -0 "$p" 2>/dev/null || break; sleep 1; done
+  kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; rm -f "$1"
+}
