@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, RebalanceProtocol};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tidemark_state::{PartitionId, Store, StoreOptions};
@@ -591,7 +591,14 @@ impl Runner {
         // The partition that failed stopped fetching ("erroneous state": a seek is refused),
         // and the event does not say which it was: assign every task again at its next
         // offset (records ingested but not committed are past it, so nothing is read twice).
-        match consumer.assign(&tpl) {
+        // In a cooperative group the assignment changes only incrementally: the same
+        // partitions out, then in again at the new offsets.
+        let reassigned = if matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative) {
+            consumer.incremental_unassign(&tpl).and_then(|()| consumer.incremental_assign(&tpl))
+        } else {
+            consumer.assign(&tpl)
+        };
+        match reassigned {
             Ok(()) => info!(partitions = tpl.count(), "fetching restarted at every task's next offset"),
             Err(e) => warn!(error = %e, "cannot restart fetching at the checkpoints"),
         }
