@@ -266,8 +266,10 @@ fn actions_do_not_depend_on_pacing_batch_sizes_or_how_partitions_are_split_betwe
     });
     let group = unique("g");
     let member = |n: &str| {
-        let child = member_command(&b.topo, &b._state.path().join(n), &group, &format!("{group}-{n}")).spawn();
-        Running(child.expect("spawn"), None)
+        let state = b._state.path().join(n);
+        let (stderr, log) = log_beside(&state);
+        let child = member_command(&b.topo, &state, &group, &format!("{group}-{n}")).stderr(stderr).spawn();
+        Running(child.expect("spawn"), Some(log))
     };
     let (_two, _three) = (member("1"), member("2"));
     let x = by_key(&run_through(&a, &a_server));

@@ -187,7 +187,9 @@ fn static_pods_report_the_partitions_of_their_ordinal_though_no_rebalance_is_cou
     let ports = [free_port(), free_port()];
     let mut pods: Vec<Guard> = (0..2)
         .map(|k| {
-            let child = member_command(&t, &state.path().join(format!("pod-{k}")), &group, &format!("{group}-{k}"))
+            let pod = state.path().join(format!("pod-{k}"));
+            let child = member_command(&t, &pod, &group, &format!("{group}-{k}"))
+                .stderr(log_beside(&pod).0)
                 .args(["--replicas", "2"])
                 .env("TIDEMARK_HTTP_ADDR", format!("127.0.0.1:{}", ports[k]))
                 .spawn()

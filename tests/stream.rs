@@ -190,7 +190,9 @@ fn two_pods_with_static_ownership_split_the_partitions_by_ordinal_and_give_the_s
     let group = unique("g");
     let pods: Vec<std::process::Child> = (0..2)
         .map(|k| {
-            member_command(&pair, &state.path().join(format!("pod-{k}")), &group, &format!("{group}-{k}"))
+            let pod = state.path().join(format!("pod-{k}"));
+            member_command(&pair, &pod, &group, &format!("{group}-{k}"))
+                .stderr(log_beside(&pod).0)
                 .args(["--replicas", "2", "--exit-at-end"])
                 .spawn()
                 .expect("spawn")

@@ -197,7 +197,7 @@ impl ConsumerContext for TaskContext {
             }
             other => {
                 error!(error = ?other, "rebalance error");
-                consumer.unassign()
+                Self::release(consumer, tpl)
             }
         };
         if let Err(e) = result {

@@ -133,6 +133,14 @@ pub fn member_command(t: &Topo, state: &Path, group: &str, member: &str) -> Comm
     c
 }
 
+/// A log file beside `state` (`<state>.log`) for a process whose stderr nobody reads: a
+/// piped stderr that is not drained fills after ~64 KiB of log lines and blocks the process.
+pub fn log_beside(state: &Path) -> (Stdio, std::path::PathBuf) {
+    let path = state.with_extension("log");
+    let file = std::fs::File::create(&path).expect("log file");
+    (Stdio::from(file), path)
+}
+
 /// Runs the processor until the log is drained; returns its stderr (logs and summary).
 pub fn run_to_end(t: &Topo, state: &Path, group: &str) -> String {
     run_to_end_with(t, state, group, &[])
