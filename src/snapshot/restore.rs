@@ -17,7 +17,7 @@ use serde::Deserialize;
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
-use super::layout::{Found, Layout};
+use super::layout::Found;
 use super::SnapshotConfig;
 use crate::actions::{outcome_of, Settled};
 use crate::engine::outbox::RowState;
@@ -35,7 +35,6 @@ const AUDIT_READ_REUSE: Duration = Duration::from_secs(30);
 
 pub struct Restorer {
     cfg: SnapshotConfig,
-    layout: Layout,
     settings: KafkaSettings,
     audit_topic: String,
     settled: Arc<Settled>,
@@ -63,15 +62,7 @@ impl Restorer {
         settled: Arc<Settled>,
         progress: Arc<Progress>,
     ) -> Self {
-        Restorer {
-            cfg: cfg.clone(),
-            layout: cfg.layout(),
-            settings,
-            audit_topic,
-            settled,
-            last_read: Mutex::default(),
-            progress,
-        }
+        Restorer { cfg: cfg.clone(), settings, audit_topic, settled, last_read: Mutex::default(), progress }
     }
 
     /// Imports the newest snapshot of `id` into `store` when it is ahead of what the store
@@ -86,7 +77,7 @@ impl Restorer {
                 return None;
             }
         };
-        let candidates = match self.layout.list(id) {
+        let candidates = match self.cfg.layout().list(id) {
             Ok(c) => c,
             Err(e) => {
                 warn!(partition = %id, error = %format!("{e:#}"), "cannot list snapshots");
@@ -163,7 +154,7 @@ impl Restorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::export::{export_one, Exporter};
+    use crate::snapshot::export::Exporter;
     use tidemark_state::{Checkpoint, StoreOptions};
 
     fn config(dir: &std::path::Path, orders_topic: &str) -> SnapshotConfig {
@@ -195,8 +186,8 @@ mod tests {
         batch.put_checkpoint(p, &Checkpoint { next_offset: 42, ..Checkpoint::default() }).unwrap();
         a.commit_staged(batch.stage()).unwrap();
         let cfg = config(snapshots.path(), "shop.orders");
-        let who = Exporter { cfg: &cfg, taken_by: "a" };
-        assert!(export_one(&cfg.layout(), &a, &a.consistent_point(), p, None, &who).unwrap().is_some());
+        let who = Exporter { cfg, taken_by: "a".into() };
+        assert!(who.export_one(&a, &a.consistent_point(), p, None).unwrap().is_some());
 
         let restorer = |topic: &str| {
             Restorer::new(

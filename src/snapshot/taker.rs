@@ -16,34 +16,21 @@ use metrics::{counter, gauge, histogram};
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
-use super::export::{export_one, Exporter};
-use super::layout::Layout;
+use super::export::{Exporter, Round};
 use super::SnapshotConfig;
 use crate::telemetry::Progress;
 
 pub struct Taker {
-    cfg: SnapshotConfig,
-    layout: Layout,
+    exporter: Exporter,
     store: Arc<Store>,
     progress: Arc<Progress>,
-    taken_by: String,
     /// Partitions owned at the last round: the final round includes them even if the
     /// shutdown already revoked them.
     seen: BTreeSet<PartitionId>,
 }
 
-/// What one round did.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Round {
-    pub published: usize,
-    pub unchanged: usize,
-    pub failed: usize,
-    pub bytes: u64,
-}
-
 impl Taker {
     pub fn new(cfg: SnapshotConfig, store: Arc<Store>, progress: Arc<Progress>, taken_by: String) -> Self {
-        let layout = cfg.layout();
         // Series exist from the start, so dashboards and alerts see zeros rather than gaps.
         for outcome in ["ok", "failed"] {
             counter!("tidemark_snapshots_total", "outcome" => outcome).absolute(0);
@@ -51,17 +38,18 @@ impl Taker {
         counter!("tidemark_snapshot_restores_total").absolute(0);
         gauge!("tidemark_snapshot_last_success_timestamp_seconds").set(0.0);
         gauge!("tidemark_snapshot_bytes").set(0.0);
-        Taker { cfg, layout, store, progress, taken_by, seen: BTreeSet::new() }
+        Taker { exporter: Exporter { cfg, taken_by }, store, progress, seen: BTreeSet::new() }
     }
 
     /// Runs rounds every interval until `stop`; the caller runs [`Taker::round`] once more
     /// after the stream's final commit (see [`spawn`]).
     fn run(mut self, stop: Arc<AtomicBool>) -> Self {
-        let mut next = Instant::now() + self.cfg.interval;
+        let interval = self.exporter.cfg.interval;
+        let mut next = Instant::now() + interval;
         while !stop.load(Ordering::Relaxed) {
             if Instant::now() >= next {
                 self.round();
-                next = Instant::now() + self.cfg.interval;
+                next = Instant::now() + interval;
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -74,24 +62,8 @@ impl Taker {
         let owned = self.progress.snapshot();
         let ids: BTreeSet<PartitionId> = owned.keys().copied().chain(self.seen.iter().copied()).collect();
         self.seen = owned.keys().copied().collect();
-        let point = self.store.consistent_point();
-        let mut round = Round::default();
-        for id in ids {
-            let committed = owned.get(&id).map(|p| p.committed_next);
-            let who = Exporter { cfg: &self.cfg, taken_by: &self.taken_by };
-            match export_one(&self.layout, &self.store, &point, id, committed, &who) {
-                Ok(Some(bytes)) => {
-                    round.published += 1;
-                    round.bytes += bytes;
-                }
-                Ok(None) => round.unchanged += 1,
-                Err(e) => {
-                    round.failed += 1;
-                    warn!(partition = %id, dir = %self.layout.partition_dir(id).display(), error = %format!("{e:#}"), "snapshot failed; the previous one stays");
-                }
-            }
-        }
-        drop(point);
+        let committed = |id: PartitionId| owned.get(&id).map(|p| p.committed_next);
+        let round = self.exporter.export_all(&self.store, ids, committed, &|| {});
         let took = started.elapsed();
         histogram!("tidemark_snapshot_duration_seconds").record(took.as_secs_f64());
         counter!("tidemark_snapshots_total", "outcome" => if round.failed == 0 { "ok" } else { "failed" }).increment(1);
