@@ -255,6 +255,18 @@ pub struct RunArgs {
     /// Snapshots kept per partition (the newest ones).
     #[arg(long, env = "TIDEMARK_SNAPSHOT_KEEP", default_value_t = 2)]
     pub snapshot_keep: usize,
+    /// `all`: keep a standby task for every input partition this process does not own,
+    /// replaying the log without side effects (no outputs, no actions), so a partition the
+    /// group moves here (a pod gone, a scale-down) starts from a checkpoint one commit
+    /// behind instead of a snapshot import and its replay. Each process then processes the
+    /// whole log. Group-managed assignment only (not with --replicas). `none` (default): off.
+    #[arg(long, env = "TIDEMARK_STANDBYS", default_value = "none", value_parser = ["none", "all"])]
+    pub standbys: String,
+    /// With --standbys all: how long a starting process waits for its standby tasks to
+    /// catch up with the log before it joins the group (KIP-441's warm-up), so partitions a
+    /// scale-up moves to it arrive warm. Past it, it joins anyway.
+    #[arg(long, env = "TIDEMARK_WARMUP_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub warmup_timeout: std::time::Duration,
 }
 
 #[derive(Args, Debug)]

@@ -14,6 +14,8 @@
 //!   use; the sweep of those a killed run left in `TMPDIR`.
 //! - [`snapshot`]: per-partition state snapshots in a shared directory, and the restore of
 //!   a moved or lost partition from them.
+//! - [`standby`]: standby tasks (`run --standbys all`): warm copies of the partitions other
+//!   processes own, replayed from the log without side effects, promoted on assignment.
 //! - [`signal`]: graceful stop on SIGTERM/SIGINT (a second signal exits at once).
 //! - [`status`]: the live status line and final summary.
 //! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
@@ -31,6 +33,7 @@ pub mod kafka;
 pub mod scratch;
 pub mod signal;
 pub mod snapshot;
+pub mod standby;
 pub mod status;
 pub mod stream;
 pub mod telemetry;

@@ -40,6 +40,8 @@
 //! - [`dead_letter`]: the action dead-letter topic.
 //! - [`settled`]: outcomes read from the audit topic after a snapshot restore; rows with
 //!   those keys are recorded as settled, not sent again.
+//! - [`standby`]: [`StandbyRows`], rows derived by standby tasks, held until the audit topic
+//!   shows their active owner settled them.
 
 mod audit;
 mod backlog;
@@ -49,6 +51,7 @@ mod gate;
 mod handover;
 mod scan;
 mod settled;
+mod standby;
 
 pub use audit::AuditRecord;
 pub use backlog::Backlog;
@@ -56,7 +59,8 @@ use backlog::Counted;
 pub use gate::Gate;
 pub use handover::{NotHandedOver, RowSender};
 pub use scan::pending_in_outbox;
-pub use settled::{outcome_of, Settled};
+pub use settled::{outcome_in, outcome_of, Settled};
+pub use standby::StandbyRows;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;

@@ -4,7 +4,8 @@
 //! re-derives every action created since, with the same key and payload. Those that were
 //! delivered after the snapshot was taken are on the audit topic; the restore reads it
 //! (see `snapshot::restore`) and lists their outcomes here. A row with such a key is
-//! recorded with that outcome and audited as `settled`, not sent again.
+//! recorded with that outcome and audited as `settled`, not sent again. A standby's audit
+//! tail (see [`super::standby`]) lists here the outcomes of rows it has not derived yet.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,9 +18,45 @@ use crate::engine::outbox::RowState;
 /// and a replay reaches the ones it does re-derive within minutes.
 const KEEP_FOR: Duration = Duration::from_secs(3600);
 
+/// Expired outcomes are looked for at most this often (a standby's audit tail adds them one
+/// by one, and a walk over all of them per addition would cost more than the tail itself).
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+
 #[derive(Default)]
 pub struct Settled {
-    outcomes: Mutex<HashMap<String, (RowState, Instant)>>,
+    outcomes: Mutex<Outcomes>,
+}
+
+#[derive(Default)]
+struct Outcomes {
+    by_key: HashMap<String, (RowState, Instant)>,
+    purged_at: Option<Instant>,
+}
+
+impl Outcomes {
+    fn purge(&mut self, now: Instant) {
+        if self.purged_at.is_some_and(|at| now.saturating_duration_since(at) < PURGE_EVERY) {
+            return;
+        }
+        self.purged_at = Some(now);
+        self.by_key.retain(|_, (_, at)| now.saturating_duration_since(*at) < KEEP_FOR);
+    }
+}
+
+/// What an audit record says about an action (docs/formats.md, "Audit topic").
+#[derive(serde::Deserialize)]
+struct AuditView {
+    key: String,
+    event: String,
+    status: Option<u16>,
+    reason: Option<String>,
+}
+
+/// The action key and final outcome an audit record's payload states, if it states one.
+pub fn outcome_in(payload: &[u8]) -> Option<(String, RowState)> {
+    let v: AuditView = serde_json::from_slice(payload).ok()?;
+    let state = outcome_of(&v.event, v.status, v.reason.as_deref())?;
+    Some((v.key, state))
 }
 
 /// The final outcome an audit record states, if it states one: an `attempt` that was
@@ -44,18 +81,23 @@ impl Settled {
 
     fn extend_at(&self, outcomes: impl IntoIterator<Item = (String, RowState)>, now: Instant) {
         if let Ok(mut m) = self.outcomes.lock() {
-            m.retain(|_, (_, at)| now.saturating_duration_since(*at) < KEEP_FOR);
-            m.extend(outcomes.into_iter().map(|(k, state)| (k, (state, now))));
+            m.purge(now);
+            m.by_key.extend(outcomes.into_iter().map(|(k, state)| (k, (state, now))));
         }
+    }
+
+    /// Adds one outcome (a standby's audit tail).
+    pub fn insert(&self, key: String, state: RowState) {
+        self.extend([(key, state)]);
     }
 
     /// The recorded outcome of `key`, removed: each is used once.
     pub fn take(&self, key: &str) -> Option<RowState> {
-        self.outcomes.lock().ok().and_then(|mut m| m.remove(key)).map(|(state, _)| state)
+        self.outcomes.lock().ok().and_then(|mut m| m.by_key.remove(key)).map(|(state, _)| state)
     }
 
     pub fn len(&self) -> usize {
-        self.outcomes.lock().map(|m| m.len()).unwrap_or(0)
+        self.outcomes.lock().map(|m| m.by_key.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -88,6 +130,14 @@ mod tests {
         s.extend_at([("new".to_string(), RowState::Conflict)], t0 + KEEP_FOR + Duration::from_secs(1));
         assert_eq!(s.take("old"), None);
         assert_eq!(s.take("new"), Some(RowState::Conflict));
+    }
+
+    #[test]
+    fn an_audit_payload_states_its_key_and_final_outcome() {
+        let delivered = br#"{"key":"k1","event":"attempt","status":200,"reason":"delivered","attempt":1}"#;
+        assert_eq!(outcome_in(delivered), Some(("k1".to_string(), RowState::Delivered { status: 200 })));
+        assert_eq!(outcome_in(br#"{"key":"k1","event":"created","status":null,"reason":null}"#), None);
+        assert_eq!(outcome_in(b"not json"), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::cli::RunArgs;
 use crate::engine::Stats;
 use crate::kafka::{admin, KafkaSettings};
 use crate::telemetry::{self, Progress};
-use crate::{actions, signal, snapshot, status, stream};
+use crate::{actions, signal, snapshot, standby, status, stream};
 
 /// `--admin-addr` (default `127.0.0.1:9091`, `off`) and `--admin-token-file`.
 fn admin_config(args: &RunArgs) -> anyhow::Result<Option<telemetry::admin::Config>> {
@@ -60,6 +60,11 @@ fn snapshot_config(
     info!(dir = %dir.display(), interval = ?interval, keep, "snapshots on");
     Ok(Some(cfg))
 }
+
+/// With standbys: a partition whose local copy is at most this many records behind the
+/// snapshot its last owner handed over replays them rather than importing the snapshot
+/// (about 0.1 s of replay against the import of the whole partition).
+const STANDBY_REPLAY_WITHIN: i64 = 5_000;
 
 pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let topology = config::load(&args.topology)?;
@@ -144,6 +149,8 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         handover: None,
         gate: None,
         session_timeout: args.session_timeout,
+        standbys: None,
+        warmup_timeout: args.warmup_timeout,
     };
     let opening = Instant::now();
     let store = stream::open_store(&opts)?;
@@ -162,15 +169,20 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     opts.sku_owned = actions.owned;
     opts.gate = Some(Arc::clone(&actions.gate));
     let snapshots = snapshot_config(&args.snapshot_dir, args.snapshot_interval, args.snapshot_keep, &opts)?;
+    let standbys_on = args.standbys == "all";
     let taker = match &snapshots {
         Some(cfg) => {
-            opts.snapshots = Some(Arc::new(snapshot::Restorer::new(
-                cfg,
-                opts.settings.clone(),
-                opts.topology.audit.topic.clone(),
-                Arc::clone(&actions.settled),
-                Arc::clone(&opts.progress),
-            )));
+            let replay_within = if standbys_on { STANDBY_REPLAY_WITHIN } else { 0 };
+            opts.snapshots = Some(Arc::new(
+                snapshot::Restorer::new(
+                    cfg,
+                    opts.settings.clone(),
+                    opts.topology.audit.topic.clone(),
+                    Arc::clone(&actions.settled),
+                    Arc::clone(&opts.progress),
+                )
+                .replaying_within(replay_within),
+            ));
             let taken_by = opts.instance_id.clone().unwrap_or_else(|| format!("pid-{}", std::process::id()));
             opts.handover = Some(snapshot::Handover::new(cfg, taken_by.clone()));
             let taker = snapshot::Taker::new(cfg.clone(), Arc::clone(&store), Arc::clone(&opts.progress), taken_by);
@@ -178,10 +190,49 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let standby_thread = if standbys_on {
+        anyhow::ensure!(
+            opts.static_assignment.is_none(),
+            "--standbys all needs group-managed assignment: drop --replicas (standby tasks follow the group's moves)"
+        );
+        let rows = Arc::new(actions::StandbyRows::new(Arc::clone(&store), Arc::clone(&actions.settled)));
+        let tail = standby::audit_tail::AuditTail::new(
+            opts.settings.clone(),
+            opts.topology.audit.topic.clone(),
+            Arc::clone(&rows),
+        );
+        let (standbys, requests) = standby::Standbys::new(rows, tail);
+        // The standby thread's imports must not mark the stream as restoring: its own restorer.
+        let restorer = snapshots.as_ref().map(|cfg| {
+            Arc::new(snapshot::Restorer::new(
+                cfg,
+                opts.settings.clone(),
+                opts.topology.audit.topic.clone(),
+                Arc::clone(&actions.settled),
+                Arc::default(),
+            ))
+        });
+        let cfg = standby::runner::StandbyConfig {
+            settings: opts.settings.clone(),
+            topology: opts.topology.clone(),
+            store: Arc::clone(&store),
+            standbys: Arc::clone(&standbys),
+            restorer,
+            stop: Arc::clone(&stop),
+        };
+        opts.standbys = Some(standbys);
+        info!("standby tasks on: every partition this process does not own is kept warm");
+        Some(standby::runner::spawn(cfg, requests)?)
+    } else {
+        None
+    };
     opts.store = Some(store);
     let started = Instant::now();
     let result = stream::run(opts);
     stop.store(true, Ordering::Relaxed);
+    if let Some(t) = standby_thread {
+        let _ = t.join();
+    }
     if let Some(t) = taker {
         // After the stream's final commit: a pod leaving on SIGTERM hands over current state.
         t.finish();

@@ -46,6 +46,9 @@ pub struct TaskContext {
     /// Set once the stream thread stops handling events (the consumer is closing): a
     /// revocation is then released at once in the callback.
     pub closing: AtomicBool,
+    /// With standbys on: an assigned partition's standby task commits and lets it go before
+    /// its checkpoint is read here (see [`crate::standby`]).
+    pub standbys: Option<Arc<crate::standby::Standbys>>,
 }
 
 impl TaskContext {
@@ -172,6 +175,9 @@ impl ConsumerContext for TaskContext {
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let result: KafkaResult<()> = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if let Some(standbys) = &self.standbys {
+                    standbys.release(&self.ids(tpl));
+                }
                 self.position_at_checkpoints(tpl);
                 let ids = self.ids(tpl);
                 info!(partitions = ?ids, cooperative, "assigned");

@@ -13,13 +13,12 @@ use std::time::{Duration, Instant};
 
 use metrics::counter;
 use rdkafka::Message;
-use serde::Deserialize;
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
 use super::layout::Found;
 use super::SnapshotConfig;
-use crate::actions::{outcome_of, Settled};
+use crate::actions::{outcome_in, Settled};
 use crate::engine::outbox::RowState;
 use crate::kafka::{reader, KafkaSettings};
 use crate::telemetry::Progress;
@@ -43,15 +42,9 @@ pub struct Restorer {
     /// An import runs inside the rebalance callback: it marks the process as restoring, so
     /// liveness allows it a restore's silence.
     progress: Arc<Progress>,
-}
-
-/// What an audit record says about an action (docs/formats.md, "Audit topic").
-#[derive(Deserialize)]
-struct AuditView {
-    key: String,
-    event: String,
-    status: Option<u16>,
-    reason: Option<String>,
+    /// A local checkpoint at most this many records behind a snapshot is replayed from the
+    /// log instead of importing it (a warm standby copy; see [`Restorer::replaying_within`]).
+    replay_within: i64,
 }
 
 impl Restorer {
@@ -62,7 +55,23 @@ impl Restorer {
         settled: Arc<Settled>,
         progress: Arc<Progress>,
     ) -> Self {
-        Restorer { cfg: cfg.clone(), settings, audit_topic, settled, last_read: Mutex::default(), progress }
+        Restorer {
+            cfg: cfg.clone(),
+            settings,
+            audit_topic,
+            settled,
+            last_read: Mutex::default(),
+            progress,
+            replay_within: 0,
+        }
+    }
+
+    /// With standby tasks, the local state of a partition is usually a commit behind the
+    /// snapshot its last owner took as it handed it over: replaying that many records costs
+    /// less than importing the whole partition.
+    pub fn replaying_within(mut self, records: i64) -> Self {
+        self.replay_within = records.max(0);
+        self
     }
 
     /// Imports the newest snapshot of `id` into `store` when it is ahead of what the store
@@ -91,7 +100,7 @@ impl Restorer {
                 continue;
             }
             let next = found.manifest.export.checkpoint.next_offset;
-            if local.is_some_and(|l| l >= next) {
+            if local.is_some_and(|l| l.saturating_add(self.replay_within) >= next) {
                 return None;
             }
             let started = Instant::now();
@@ -133,11 +142,8 @@ impl Restorer {
         }
         match reader::read_topic_since(&self.settings, &self.audit_topic, since) {
             Ok(records) => {
-                let outcomes: Vec<(String, RowState)> = records
-                    .iter()
-                    .filter_map(|msg| serde_json::from_slice::<AuditView>(msg.payload()?).ok())
-                    .filter_map(|v| Some((v.key, outcome_of(&v.event, v.status, v.reason.as_deref())?)))
-                    .collect();
+                let outcomes: Vec<(String, RowState)> =
+                    records.iter().filter_map(|msg| outcome_in(msg.payload()?)).collect();
                 info!(partition = %id, audit_records = records.len(), settled = outcomes.len(), "audit topic read since the snapshot");
                 self.settled.extend(outcomes);
             }
@@ -211,5 +217,13 @@ mod tests {
         c.commit_staged(batch.stage()).unwrap();
         assert!(restorer("shop.orders").restore_if_ahead(&c, p).is_none(), "local state ahead of the snapshot");
         assert_eq!(c.checkpoint(p).unwrap().map(|c| c.next_offset), Some(50));
+
+        let d_dir = tempfile::tempdir().unwrap();
+        let d = store(d_dir.path());
+        let mut batch = d.batch();
+        batch.put_checkpoint(p, &Checkpoint { next_offset: 40, ..Checkpoint::default() }).unwrap();
+        d.commit_staged(batch.stage()).unwrap();
+        assert!(restorer("shop.orders").replaying_within(2).restore_if_ahead(&d, p).is_none(), "two behind: replayed");
+        assert!(restorer("shop.orders").replaying_within(1).restore_if_ahead(&d, p).is_some(), "further: imported");
     }
 }

@@ -28,12 +28,9 @@ use tidemark_topology::config::Topology;
 use tidemark_topology::logical::LogicalTime;
 use tracing::{info, warn};
 
-use crate::engine::combine::{CombineTask, CombineTaskConfig};
 use crate::engine::derive::Derived;
-use crate::engine::inventory::InventoryTask;
 use crate::engine::outbox::OutboxRow;
-use crate::engine::sku_task::{SkuTask, SkuTaskConfig};
-use crate::engine::{OutputRecord, PartitionTask, SourceRecord, Stats, TaskConfig};
+use crate::engine::{OutputRecord, SourceRecord, Stats};
 use crate::failpoint;
 use crate::kafka::context::{AssignmentEvent, TaskContext};
 use crate::kafka::sink::OutputSink;
@@ -43,7 +40,7 @@ use crate::telemetry::Progress;
 use committer::{Committer, Job, Shared};
 pub use drain::DrainTimeout;
 use partitions::check_partition_counts;
-use tasks::{is_internal, Task, COMBINE, INVENTORY, ORDERS, SKU_REPARTITION};
+use tasks::{is_internal, Task, TaskFactory, COMBINE, INVENTORY, ORDERS, SKU_REPARTITION};
 
 pub use crate::actions::RowSender;
 
@@ -86,6 +83,11 @@ pub struct StreamOptions {
     pub gate: Option<Arc<crate::actions::Gate>>,
     /// `session.timeout.ms` of the group (see `tidemark run --session-timeout`).
     pub session_timeout: Duration,
+    /// Standby tasks for the partitions this process does not own (`tidemark run
+    /// --standbys all`; see [`crate::standby`]).
+    pub standbys: Option<Arc<crate::standby::Standbys>>,
+    /// With standbys: how long to wait for them to catch up before joining the group.
+    pub warmup_timeout: Duration,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -109,10 +111,8 @@ struct Runner {
     tasks: BTreeMap<PartitionId, Task>,
     out: Vec<OutputRecord>,
     rows: Vec<(PartitionId, OutboxRow)>,
-    task_cfg: TaskConfig,
-    sku_cfg: SkuTaskConfig,
+    factory: TaskFactory,
     sku_partitions: i32,
-    combine_cfg: CombineTaskConfig,
     combine: combine::Forwarder,
     last_marks: BTreeMap<PartitionId, LogicalTime>,
     latencies: Latencies,
@@ -162,7 +162,7 @@ fn settle<T, E: std::fmt::Display>(what: &str, mut f: impl FnMut() -> Result<T, 
 }
 
 /// Partition counts of the input topics, read from the broker (they must exist).
-fn partition_counts(consumer: &Consumer_, topics: &[&str]) -> anyhow::Result<Vec<i32>> {
+pub(crate) fn partition_counts(consumer: &Consumer_, topics: &[&str]) -> anyhow::Result<Vec<i32>> {
     settle("reading topic metadata", || {
         let md = consumer.fetch_metadata(None, Duration::from_secs(10)).map_err(|e| e.to_string())?;
         topics
@@ -202,6 +202,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         log_ends: Mutex::default(),
         snapshots: opts.snapshots.clone(),
         closing: AtomicBool::new(false),
+        standbys: opts.standbys.clone(),
     };
     let mut cfg = opts.settings.client_config();
     cfg.set("group.id", &opts.group_id)
@@ -236,7 +237,12 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     opts.progress
         .input_partitions([ORDERS, INVENTORY, SKU_REPARTITION, COMBINE].into_iter().zip(counts.iter().copied()));
     match opts.static_assignment {
-        None => consumer.subscribe(&topics).context("subscribing")?,
+        None => {
+            if let Some(standbys) = &opts.standbys {
+                standbys.wait_warm(opts.warmup_timeout, &opts.stop, &opts.progress);
+            }
+            consumer.subscribe(&topics).context("subscribing")?
+        }
         Some((ordinal, replicas)) => {
             let mut tpl = TopicPartitionList::new();
             for (topic, count) in topics.iter().zip(&counts) {
@@ -253,21 +259,8 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
     let sink = Arc::new(OutputSink::new(&opts.settings, t)?);
-    let sku_partitions = counts[2];
-    let task_cfg = TaskConfig::from_topology(t, sku_partitions);
-    let upstreams = (0..counts[0]).map(|p| (ORDERS, p)).chain((0..counts[1]).map(|p| (INVENTORY, p))).collect();
-    let sku_cfg = SkuTaskConfig {
-        topic: t.sku_repartition.topic.clone(),
-        upstreams,
-        rules: t.rules.clone(),
-        window: t.dashboard_window,
-    };
-    let combine_cfg = CombineTaskConfig {
-        topic: t.combine_repartition.topic.clone(),
-        upstreams: counts[0],
-        window: t.dashboard_window,
-        finance_tz: t.finance_time_zone,
-    };
+    let factory = TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]);
+    let sku_partitions = factory.sku_partitions;
     let combine = combine::Forwarder::new(counts[3]);
     let latencies = Latencies::default();
     let committer = Committer::start(Shared {
@@ -288,10 +281,8 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         tasks: BTreeMap::new(),
         out: Vec::new(),
         rows: Vec::new(),
-        task_cfg,
-        sku_cfg,
+        factory,
         sku_partitions,
-        combine_cfg,
         combine,
         last_marks: BTreeMap::new(),
         latencies,
@@ -426,19 +417,7 @@ impl Runner {
     }
 
     fn restore(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<Task> {
-        let task = match id.source {
-            ORDERS => Task::Orders(Box::new(PartitionTask::restore(&self.store, id, self.task_cfg.clone())?)),
-            INVENTORY => Task::Inventory(InventoryTask::restore(
-                &self.store,
-                id,
-                self.opts.topology.inventory.topic.clone(),
-                self.sku_partitions,
-                self.opts.topology.normalize,
-            )?),
-            COMBINE => Task::Combine(Box::new(CombineTask::restore(&self.store, id, self.combine_cfg.clone())?)),
-            _ => Task::Sku(Box::new(SkuTask::restore(&self.store, id, self.sku_cfg.clone())?)),
-        };
-        let mut task = task;
+        let mut task = self.factory.restore(&self.store, id)?;
         self.check_log_start(consumer, id, &mut task)?;
         Ok(task)
     }
@@ -490,7 +469,7 @@ impl Runner {
                         warn!(error = %e, partitions = ?ids, "releasing revoked partitions failed");
                     }
                     handed?;
-                    for id in ids {
+                    for id in ids.iter().copied() {
                         self.tasks.remove(&id);
                         self.last_marks.remove(&id);
                         self.combine.revoked(id);
@@ -500,6 +479,10 @@ impl Runner {
                                 o.remove(&id.partition);
                             }
                         }
+                    }
+                    // Committed and released: the standby thread goes on from that commit.
+                    if let Some(standbys) = &self.opts.standbys {
+                        standbys.adopt(&ids);
                     }
                 }
                 AssignmentEvent::Assigned(ids) => {

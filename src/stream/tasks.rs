@@ -1,13 +1,14 @@
 //! The tasks one process may own, one per assigned source partition.
 
 use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
+use tidemark_topology::config::Topology;
 
-use crate::engine::combine::CombineTask;
+use crate::engine::combine::{CombineTask, CombineTaskConfig};
 use crate::engine::derive::Derived;
 use crate::engine::inventory::InventoryTask;
 use crate::engine::outbox::OutboxRow;
-use crate::engine::sku_task::SkuTask;
-use crate::engine::{OutputRecord, PartitionTask, SourceRecord, Stats};
+use crate::engine::sku_task::{SkuTask, SkuTaskConfig};
+use crate::engine::{OutputRecord, PartitionTask, SourceRecord, Stats, TaskConfig};
 
 /// `PartitionId::source` of each input topic (defined beside `PartitionId`).
 pub const ORDERS: u16 = PartitionId::ORDERS;
@@ -18,6 +19,73 @@ pub const COMBINE: u16 = PartitionId::COMBINE;
 /// Internal topics: written by upstream tasks of this topology, consumed by downstream ones.
 pub fn is_internal(source: u16) -> bool {
     source == SKU_REPARTITION || source == COMBINE
+}
+
+/// Builds the task of any input partition from its state in the store: one recipe for the
+/// active tasks of the stream thread and the standby tasks of [`crate::standby`].
+#[derive(Clone)]
+pub struct TaskFactory {
+    task_cfg: TaskConfig,
+    sku_cfg: SkuTaskConfig,
+    combine_cfg: CombineTaskConfig,
+    inventory_topic: String,
+    normalize: tidemark_topology::normalize::NormalizeLimits,
+    /// Partitions of the SKU repartition topic.
+    pub sku_partitions: i32,
+    /// Partition counts of the four input topics, in `PartitionId::source` order.
+    pub counts: [i32; 4],
+}
+
+impl TaskFactory {
+    pub fn new(t: &Topology, counts: [i32; 4]) -> Self {
+        let sku_partitions = counts[usize::from(SKU_REPARTITION)];
+        let upstreams = (0..counts[usize::from(ORDERS)])
+            .map(|p| (ORDERS, p))
+            .chain((0..counts[usize::from(INVENTORY)]).map(|p| (INVENTORY, p)))
+            .collect();
+        TaskFactory {
+            task_cfg: TaskConfig::from_topology(t, sku_partitions),
+            sku_cfg: SkuTaskConfig {
+                topic: t.sku_repartition.topic.clone(),
+                upstreams,
+                rules: t.rules.clone(),
+                window: t.dashboard_window,
+            },
+            combine_cfg: CombineTaskConfig {
+                topic: t.combine_repartition.topic.clone(),
+                upstreams: counts[usize::from(ORDERS)],
+                window: t.dashboard_window,
+                finance_tz: t.finance_time_zone,
+            },
+            inventory_topic: t.inventory.topic.clone(),
+            normalize: t.normalize,
+            sku_partitions,
+            counts,
+        }
+    }
+
+    /// Every partition of the four input topics.
+    pub fn all_partitions(&self) -> impl Iterator<Item = PartitionId> + '_ {
+        [ORDERS, INVENTORY, SKU_REPARTITION, COMBINE].into_iter().flat_map(|source| {
+            (0..self.counts[usize::from(source)]).map(move |partition| PartitionId { source, partition })
+        })
+    }
+
+    /// The task of `id`, resumed from its checkpoint and state in `store`.
+    pub fn restore(&self, store: &Store, id: PartitionId) -> Result<Task, StateError> {
+        Ok(match id.source {
+            ORDERS => Task::Orders(Box::new(PartitionTask::restore(store, id, self.task_cfg.clone())?)),
+            INVENTORY => Task::Inventory(InventoryTask::restore(
+                store,
+                id,
+                self.inventory_topic.clone(),
+                self.sku_partitions,
+                self.normalize,
+            )?),
+            COMBINE => Task::Combine(Box::new(CombineTask::restore(store, id, self.combine_cfg.clone())?)),
+            _ => Task::Sku(Box::new(SkuTask::restore(store, id, self.sku_cfg.clone())?)),
+        })
+    }
 }
 
 pub enum Task {

@@ -1,0 +1,172 @@
+//! Standby tasks (`tidemark run --standbys all`): a warm copy of every input partition this
+//! process does not own, kept by replaying the log without side effects.
+//!
+//! A second, group-less consumer on its own thread ([`runner`]) runs the same tasks as the
+//! stream thread on the partitions the group gave to other members, in the same store and
+//! under the same keys, from each partition's own checkpoint. Their outputs (repartition
+//! records, dashboard and finance rows, dead letters, progress marks) are dropped: the
+//! active owner writes them. A standby SKU task's outbox rows are stored `Pending` and held
+//! in [`StandbyRows`] until the audit topic ([`audit_tail`]) shows them settled.
+//!
+//! A partition has one writer at a time. When the group assigns one, the rebalance callback
+//! asks the standby thread to let it go ([`Standbys::release`]): it commits, drops the task,
+//! and only then does the active task read the checkpoint, which is the standby's last
+//! commit, usually a commit interval behind the log end. Nothing is imported and only that
+//! interval is replayed. A revoked partition goes back to the standby thread after its last
+//! active commit ([`Standbys::adopt`]). See docs/state-movement.md, "Standbys".
+//!
+//! Warm-up (KIP-441 style): a process with standbys joins the group only once its standby
+//! copy of every partition has caught up ([`Standbys::wait_warm`], bounded by
+//! `--warmup-timeout`), so the partitions a scale-up moves to it arrive warm.
+//!
+//! Module map:
+//! - [`runner`]: the standby thread (consumer, tasks, commits without outputs).
+//! - [`audit_tail`]: the audit topic, read as it is written; outcomes to [`StandbyRows`].
+
+pub mod audit_tail;
+pub mod runner;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metrics::counter;
+use tidemark_state::PartitionId;
+use tracing::{info, warn};
+
+pub use crate::actions::StandbyRows;
+use crate::telemetry::Progress;
+use audit_tail::AuditTail;
+
+/// How long a promotion waits for the standby thread to commit and let a partition go. Past
+/// it the active task goes on from the store anyway: the standby thread checks the active set
+/// before each commit (see [`runner`]), so it never writes a partition that left it.
+const RELEASE_WAIT: Duration = Duration::from_secs(60);
+/// How long a promotion of SKU partitions waits for the audit tail to reach the audit
+/// topic's end, so actions the old owner settled just before it died are known as such.
+const AUDIT_CATCH_UP: Duration = Duration::from_secs(5);
+
+pub enum Request {
+    /// Stop standing by for these partitions, after a commit; answer on the channel.
+    Release(Vec<PartitionId>, SyncSender<()>),
+    /// Stand by for these partitions (from their checkpoints).
+    Adopt(Vec<PartitionId>),
+}
+
+pub struct Standbys {
+    requests: Mutex<Sender<Request>>,
+    /// Partitions held (or being taken) by the active tasks: never standing by for those.
+    active: Arc<Mutex<BTreeSet<PartitionId>>>,
+    rows: Arc<StandbyRows>,
+    tail: Arc<AuditTail>,
+    /// Every standby task has caught up with its log (see [`runner`]).
+    warm: Arc<AtomicBool>,
+}
+
+impl Standbys {
+    pub fn new(rows: Arc<StandbyRows>, tail: Arc<AuditTail>) -> (Arc<Self>, Receiver<Request>) {
+        counter!("tidemark_standby_promotions_total").absolute(0);
+        let (tx, rx) = mpsc::channel();
+        let standbys = Standbys {
+            requests: Mutex::new(tx),
+            active: Arc::default(),
+            rows,
+            tail,
+            warm: Arc::new(AtomicBool::new(false)),
+        };
+        (Arc::new(standbys), rx)
+    }
+
+    pub fn active(&self) -> Arc<Mutex<BTreeSet<PartitionId>>> {
+        Arc::clone(&self.active)
+    }
+
+    pub fn warm_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.warm)
+    }
+
+    /// The group assigned `ids` to this process: the standby tasks commit and let them go
+    /// before the active tasks read their checkpoints. Blocking (the rebalance callback).
+    pub fn release(&self, ids: &[PartitionId]) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Ok(mut a) = self.active.lock() {
+            a.extend(ids.iter().copied());
+        }
+        let started = Instant::now();
+        let (ack, done) = mpsc::sync_channel(1);
+        let sent = self.requests.lock().map(|tx| tx.send(Request::Release(ids.to_vec(), ack)).is_ok()).unwrap_or(false);
+        if sent && done.recv_timeout(RELEASE_WAIT).is_err() {
+            warn!(partitions = ?ids, "the standby thread did not let the partitions go within {RELEASE_WAIT:?}");
+        }
+        let sku: Vec<i32> =
+            ids.iter().filter(|id| id.source == PartitionId::SKU_REPARTITION).map(|id| id.partition).collect();
+        let waiting = self.rows.promoted(&sku);
+        if !sku.is_empty() && !self.tail.catch_up(AUDIT_CATCH_UP) {
+            warn!(
+                "the audit tail did not reach the audit topic's end within {AUDIT_CATCH_UP:?}: actions settled just \
+                 before the old owner stopped may be sent again"
+            );
+        }
+        counter!("tidemark_standby_promotions_total").increment(ids.len() as u64);
+        info!(
+            partitions = ?ids,
+            rows_waiting = waiting,
+            took_ms = started.elapsed().as_millis() as u64,
+            "standby tasks handed to the active tasks"
+        );
+    }
+
+    /// `ids` were revoked from the active tasks (after their last commit): stand by for them.
+    pub fn adopt(&self, ids: &[PartitionId]) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Ok(mut a) = self.active.lock() {
+            for id in ids {
+                a.remove(id);
+            }
+        }
+        if let Ok(tx) = self.requests.lock() {
+            let _ = tx.send(Request::Adopt(ids.to_vec()));
+        }
+    }
+
+    /// Waits (beating liveness) until every standby task has caught up, at most `limit` or
+    /// until `stop`. True when warm.
+    pub fn wait_warm(&self, limit: Duration, stop: &AtomicBool, progress: &Progress) -> bool {
+        let started = Instant::now();
+        progress.restoring(true);
+        let mut logged = Instant::now();
+        let warm = loop {
+            if self.warm.load(Ordering::Relaxed) {
+                break true;
+            }
+            if stop.load(Ordering::Relaxed) || started.elapsed() >= limit {
+                break false;
+            }
+            if logged.elapsed() >= Duration::from_secs(10) {
+                info!(
+                    waited_s = started.elapsed().as_secs(),
+                    "warming up: standby tasks still catching up before joining the group"
+                );
+                logged = Instant::now();
+            }
+            progress.beat();
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        progress.restoring(false);
+        if warm {
+            info!(
+                took_ms = started.elapsed().as_millis() as u64,
+                "warm: every standby task caught up; joining the group"
+            );
+        } else if !stop.load(Ordering::Relaxed) {
+            warn!(limit = ?limit, "warm-up timed out; joining the group with standby tasks still behind");
+        }
+        warm
+    }
+}

@@ -1,0 +1,445 @@
+//! The standby thread: poll, ingest, commit state and checkpoints; outputs dropped.
+//!
+//! It keeps a task for every input partition the active tasks do not hold. Its consumer has
+//! no group: it is assigned the standby partitions at their checkpoints, and reassigned when
+//! the set changes (a promotion or a demotion, both rare). Each commit is one `WriteBatch`
+//! of state, outbox rows and checkpoints, as on the stream thread, without the outputs: the
+//! active owner wrote them. Nothing here may stop the process: a failed commit drops every
+//! standby task and restores them from their last checkpoint a little later; a partition
+//! whose checkpoint lies outside its log is left to its active owner (`--accept-gaps`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use metrics::gauge;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tidemark_state::{codec, PartitionId, Store};
+use tidemark_topology::config::Topology;
+use tracing::{info, warn};
+
+use super::{audit_tail, Request, Standbys};
+use crate::engine::outbox::OutboxRow;
+use crate::engine::{OutputRecord, SourceRecord, Stats};
+use crate::kafka::context::TaskContext;
+use crate::kafka::KafkaSettings;
+use crate::stream::tasks::{Task, TaskFactory, SKU_REPARTITION};
+
+/// Statistics (log ends, for lag and warmth) this often.
+const STATS_EVERY_MS: &str = "500";
+/// A log end older than this says nothing about warmth.
+const LOG_END_FRESH: Duration = Duration::from_secs(3);
+/// Pause before restoring every standby task after a failed commit.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How often final rows past retention are deleted from standby outboxes.
+const EXPIRE_EVERY: Duration = Duration::from_secs(600);
+
+pub struct StandbyConfig {
+    pub settings: KafkaSettings,
+    pub topology: Topology,
+    pub store: Arc<Store>,
+    pub standbys: Arc<Standbys>,
+    /// Imports a partition's newest snapshot first when it is ahead of the store.
+    pub restorer: Option<Arc<crate::snapshot::Restorer>>,
+    pub stop: Arc<AtomicBool>,
+}
+
+type Consumer_ = BaseConsumer<TaskContext>;
+
+struct Runner {
+    cfg: StandbyConfig,
+    consumer: Consumer_,
+    factory: TaskFactory,
+    active: Arc<Mutex<BTreeSet<PartitionId>>>,
+    tasks: BTreeMap<PartitionId, Task>,
+    /// Partitions whose checkpoint lies outside their log: left to the active owner.
+    left: BTreeSet<PartitionId>,
+    out: Vec<OutputRecord>,
+    rows: Vec<(PartitionId, OutboxRow)>,
+    stats: Stats,
+    pending: VecDeque<Request>,
+    expired_at: Instant,
+    warned_at: Option<Instant>,
+}
+
+/// Starts the standby thread. It first stands by for every partition the active tasks do
+/// not hold, then starts the audit tail, then follows `requests`.
+pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<JoinHandle<()>> {
+    let t = &cfg.topology;
+    let sources = vec![
+        t.orders.topic.clone(),
+        t.inventory.topic.clone(),
+        t.sku_repartition.topic.clone(),
+        t.combine_repartition.topic.clone(),
+    ];
+    let context = TaskContext {
+        store: Arc::clone(&cfg.store),
+        sources: sources.clone(),
+        events: Mutex::default(),
+        stats: Arc::default(),
+        log_ends: Mutex::default(),
+        snapshots: cfg.restorer.clone(),
+        closing: AtomicBool::new(false),
+        standbys: None,
+    };
+    let consumer: Consumer_ = cfg
+        .settings
+        .client_config()
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "error")
+        .set("isolation.level", "read_committed")
+        .set("statistics.interval.ms", STATS_EVERY_MS)
+        .set("fetch.wait.max.ms", "50")
+        .set("fetch.queue.backoff.ms", "10")
+        .create_with_context(context)
+        .context("creating the standby consumer")?;
+    let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let counts = crate::stream::partition_counts(&consumer, &topics)?;
+    let factory = TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]);
+    let active = cfg.standbys.active();
+    let runner = Runner {
+        cfg,
+        consumer,
+        factory,
+        active,
+        tasks: BTreeMap::new(),
+        left: BTreeSet::new(),
+        out: Vec::new(),
+        rows: Vec::new(),
+        stats: Stats::default(),
+        pending: VecDeque::new(),
+        expired_at: Instant::now(),
+        warned_at: None,
+    };
+    std::thread::Builder::new()
+        .name("tidemark-standby".into())
+        .spawn(move || runner.run(&requests))
+        .context("starting the standby thread")
+}
+
+impl Runner {
+    fn run(mut self, requests: &Receiver<Request>) {
+        let everything: Vec<PartitionId> = self.factory.all_partitions().collect();
+        self.adopt(&everything);
+        let since = self.audit_since();
+        let stop = Arc::clone(&self.cfg.stop);
+        let tail = match self.cfg.standbys.tail.start(since, Arc::clone(&stop)) {
+            Ok(t) => t,
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "the audit tail did not start: promoted standby rows may be sent again");
+                None
+            }
+        };
+        let interval = Duration::from_millis(self.cfg.topology.commit_interval_ms.max(1));
+        while !stop.load(Ordering::Relaxed) {
+            while let Some(request) = self.pending.pop_front().or_else(|| requests.try_recv().ok()) {
+                match request {
+                    Request::Release(ids, ack) => {
+                        self.release(&ids);
+                        let _ = ack.send(());
+                    }
+                    Request::Adopt(ids) => self.adopt(&ids),
+                }
+            }
+            self.poll_for(interval, requests);
+            if let Err(e) = self.commit() {
+                warn!(error = %format!("{e:#}"), "standby commit failed; restoring every standby task from its checkpoint");
+                self.reset();
+            }
+            self.publish();
+            self.expire();
+        }
+        if let Err(e) = self.commit() {
+            warn!(error = %format!("{e:#}"), "final standby commit failed");
+        }
+        if let Some(t) = tail {
+            let _ = t.join();
+        }
+        info!("standby tasks stopped");
+    }
+
+    fn source_of(&self, topic: &str) -> Option<u16> {
+        let sources = &self.consumer.context().sources;
+        sources.iter().position(|s| s == topic).and_then(|i| u16::try_from(i).ok())
+    }
+
+    fn topic_of(&self, id: PartitionId) -> &str {
+        self.consumer.context().sources.get(usize::from(id.source)).map_or("", String::as_str)
+    }
+
+    fn is_active(&self, id: PartitionId) -> bool {
+        self.active.lock().map(|a| a.contains(&id)).unwrap_or(true)
+    }
+
+    fn poll_for(&mut self, interval: Duration, requests: &Receiver<Request>) {
+        let deadline = Instant::now() + interval;
+        let max_batch = self.cfg.topology.max_batch_records;
+        let mut taken = 0usize;
+        while taken < max_batch && !self.cfg.stop.load(Ordering::Relaxed) {
+            if let Ok(r) = requests.try_recv() {
+                self.pending.push_back(r);
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            match self.consumer.poll((deadline - now).min(Duration::from_millis(100))) {
+                None => {}
+                Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                    warn!(error = %e, "standby: a fetch position is outside the log");
+                    self.check_logs();
+                    self.reassign();
+                }
+                Some(Err(e)) if self.warned_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) => {
+                    warn!(error = %e, "standby consumer error");
+                    self.warned_at = Some(Instant::now());
+                }
+                Some(Err(_)) => {}
+                Some(Ok(msg)) => {
+                    let Some(source) = self.source_of(msg.topic()) else { continue };
+                    let id = PartitionId { source, partition: msg.partition() };
+                    let Some(task) = self.tasks.get_mut(&id) else { continue };
+                    let append_ms =
+                        msg.timestamp().to_millis().filter(|t| *t >= 0).unwrap_or(task.checkpoint().max_append_ms);
+                    let rec = SourceRecord { key: msg.key(), value: msg.payload(), append_ms, offset: msg.offset() };
+                    if task.ingest(rec, &mut self.out, &self.stats) {
+                        taken += 1;
+                    }
+                    // The active owner writes the outputs.
+                    self.out.clear();
+                }
+            }
+        }
+    }
+
+    /// Stands by for `ids` (those the active tasks do not hold): each is imported from its
+    /// newest snapshot when that is ahead of the store, then resumed from its checkpoint.
+    fn adopt(&mut self, ids: &[PartitionId]) {
+        let started = Instant::now();
+        let mut adopted = 0usize;
+        for &id in ids {
+            if self.tasks.contains_key(&id) || self.is_active(id) {
+                continue;
+            }
+            if let Some(r) = &self.cfg.restorer {
+                r.restore_if_ahead(&self.cfg.store, id);
+            }
+            let task = match self.factory.restore(&self.cfg.store, id) {
+                Ok(task) => task,
+                Err(e) => {
+                    warn!(partition = %id, error = %e, "standby task not restored; left to its active owner");
+                    continue;
+                }
+            };
+            if !self.within_log(id, task.next_offset()) {
+                continue;
+            }
+            if id.source == SKU_REPARTITION {
+                self.hold_pending_rows(id);
+            }
+            self.left.remove(&id);
+            self.tasks.insert(id, task);
+            adopted += 1;
+        }
+        if adopted > 0 {
+            info!(
+                adopted,
+                standing_by = self.tasks.len(),
+                took_ms = started.elapsed().as_millis() as u64,
+                "standby tasks adopted"
+            );
+            self.reassign();
+        }
+    }
+
+    /// Rows pending in a newly adopted outbox (left by an earlier spell as active or
+    /// standby) wait for their outcome like the rows the task derives.
+    fn hold_pending_rows(&self, id: PartitionId) {
+        match self.cfg.store.outbox_pending(id) {
+            Ok(rows) => {
+                for (_, bytes) in rows {
+                    if let Ok(row) = codec::decode::<OutboxRow>("outbox row", &bytes) {
+                        self.cfg.standbys.rows.derived(id, row);
+                    }
+                }
+            }
+            Err(e) => warn!(partition = %id, error = %e, "cannot read the pending rows of a standby outbox"),
+        }
+    }
+
+    /// Whether `next` lies within the partition's log; otherwise the partition is left to its
+    /// active owner, which stops on a gap or skips it with `--accept-gaps` (SPEC §1.4).
+    fn within_log(&mut self, id: PartitionId, next: i64) -> bool {
+        let topic = self.topic_of(id).to_string();
+        match self.consumer.fetch_watermarks(&topic, id.partition, Duration::from_secs(10)) {
+            Ok((low, high)) if next >= low && next <= high => true,
+            Ok((low, high)) => {
+                if self.left.insert(id) {
+                    warn!(partition = %id, next_offset = next, log_start = low, log_end = high, "no standby: the checkpoint lies outside the log; left to the active owner");
+                }
+                false
+            }
+            Err(e) => {
+                warn!(partition = %id, error = %e, "cannot read the log bounds; no standby for it");
+                false
+            }
+        }
+    }
+
+    /// After a fetch position fell outside a log: drops the standby tasks whose checkpoint is
+    /// no longer within it.
+    fn check_logs(&mut self) {
+        let ids: Vec<(PartitionId, i64)> = self.tasks.iter().map(|(id, t)| (*id, t.next_offset())).collect();
+        for (id, next) in ids {
+            if !self.within_log(id, next) {
+                self.tasks.remove(&id);
+            }
+        }
+    }
+
+    /// Fetches every standby partition from its task's next offset.
+    fn reassign(&self) {
+        let mut tpl = TopicPartitionList::new();
+        for (id, task) in &self.tasks {
+            let _ = tpl.add_partition_offset(self.topic_of(*id), id.partition, Offset::Offset(task.next_offset()));
+        }
+        if let Err(e) = self.consumer.assign(&tpl) {
+            warn!(error = %e, "cannot assign the standby partitions");
+        }
+    }
+
+    /// Commits, then lets `ids` go to the active tasks.
+    fn release(&mut self, ids: &[PartitionId]) {
+        if let Err(e) = self.commit() {
+            warn!(error = %format!("{e:#}"), "standby commit before a promotion failed; the active task replays from the last one");
+        }
+        let before = self.tasks.len();
+        for id in ids {
+            self.tasks.remove(id);
+        }
+        if self.tasks.len() != before {
+            self.reassign();
+        }
+    }
+
+    /// Drops every task and restores them from the store (after a failed commit).
+    fn reset(&mut self) {
+        let ids: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        self.tasks.clear();
+        self.rows.clear();
+        self.out.clear();
+        std::thread::sleep(RETRY_AFTER);
+        self.adopt(&ids);
+    }
+
+    /// Moves tasks past transaction markers and aborted records (as the stream thread does).
+    fn skip_control_records(&mut self) {
+        let Ok(positions) = self.consumer.position() else { return };
+        for e in positions.elements() {
+            let (Offset::Offset(position), Some(source)) = (e.offset(), self.source_of(e.topic())) else { continue };
+            if let Some(task) = self.tasks.get_mut(&PartitionId { source, partition: e.partition() }) {
+                task.skip_to(position);
+            }
+        }
+    }
+
+    /// One `WriteBatch` of every standby task's state, outbox rows and checkpoint (a
+    /// partition the active tasks took meanwhile is dropped first, never written).
+    fn commit(&mut self) -> anyhow::Result<()> {
+        let taken: Vec<PartitionId> = self.tasks.keys().copied().filter(|id| self.is_active(*id)).collect();
+        for id in taken {
+            self.tasks.remove(&id);
+        }
+        self.skip_control_records();
+        let store = Arc::clone(&self.cfg.store);
+        let mut batch = store.batch();
+        let mut horizons = Vec::new();
+        for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
+            task.finish(&store, &mut batch, &mut self.out, &mut self.rows, &self.stats)?;
+            horizons.push((*id, task.dedup_horizon()));
+        }
+        self.out.clear();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        store.commit_staged(batch.stage())?;
+        for (id, horizon) in horizons {
+            if let Some(h) = horizon {
+                store.set_dedup_horizon(id, h);
+            }
+        }
+        for (id, row) in self.rows.drain(..) {
+            self.cfg.standbys.rows.derived(id, row);
+        }
+        Ok(())
+    }
+
+    /// Lag and warmth: warm once every standby task's log end (freshly reported) is at most
+    /// one commit's worth of records ahead of it.
+    fn publish(&self) {
+        let ends = self.consumer.context().log_ends.lock().map(|e| e.clone()).unwrap_or_default();
+        let mut lag = 0i64;
+        let mut warm = true;
+        let slack = i64::try_from(self.cfg.topology.max_batch_records).unwrap_or(i64::MAX);
+        for (id, task) in &self.tasks {
+            match ends.get(id) {
+                Some((end, at)) if at.elapsed() <= LOG_END_FRESH => {
+                    let behind = (end - task.next_offset()).max(0);
+                    lag += behind;
+                    warm &= behind <= slack;
+                }
+                _ => warm = false,
+            }
+        }
+        self.cfg.standbys.warm.store(warm, Ordering::Relaxed);
+        gauge!("tidemark_standby_partitions").set(self.tasks.len() as f64);
+        gauge!("tidemark_standby_lag_records").set(lag as f64);
+        gauge!("tidemark_standby_warm").set(if warm { 1.0 } else { 0.0 });
+        self.cfg.standbys.rows.publish();
+    }
+
+    /// Final rows past retention leave standby outboxes as they leave active ones.
+    fn expire(&mut self) {
+        if self.expired_at.elapsed() < EXPIRE_EVERY {
+            return;
+        }
+        self.expired_at = Instant::now();
+        let retention = self.cfg.topology.dedup_retention_ms;
+        for id in self.tasks.keys().filter(|id| id.source == SKU_REPARTITION) {
+            if let Err(e) = self.cfg.store.outbox_expire(*id, retention, 10_000) {
+                warn!(partition = %id, error = %e, "cannot expire standby outbox rows");
+            }
+        }
+    }
+
+    /// Where the audit tail starts: a margin before the oldest append time a standby SKU
+    /// task resumes from (its checkpoint, or a row still pending); the topic's start when
+    /// one has no state yet.
+    fn audit_since(&self) -> Option<i64> {
+        let mut since: Option<i64> = None;
+        for (id, task) in self.tasks.iter().filter(|(id, _)| id.source == SKU_REPARTITION) {
+            let c = task.checkpoint();
+            if c.next_offset == 0 {
+                return None;
+            }
+            let mut oldest = c.max_append_ms;
+            if let Ok(rows) = self.cfg.store.outbox_pending(*id) {
+                for (_, bytes) in rows {
+                    if let Ok(row) = codec::decode::<OutboxRow>("outbox row", &bytes) {
+                        oldest = oldest.min(row.source_append_ms);
+                    }
+                }
+            }
+            since = Some(since.map_or(oldest, |s: i64| s.min(oldest)));
+        }
+        since.map(|s| s - audit_tail::MARGIN_MS)
+    }
+}
