@@ -405,3 +405,82 @@ fn a_volume_lost_and_restored_from_an_older_snapshot_replays_only_the_log_after_
     run_through(&reference, &reference_server);
     assert_eq!(compacted(&s.topo.dashboard), compacted(&reference.topo.dashboard), "dashboard values");
 }
+
+/// A member of a two-process group with standby tasks, metrics on `port`.
+fn standby_member(s: &Scenario, group: &str, n: &str, port: u16) -> Running {
+    let state = s._state.path().join(n);
+    let (stderr, log) = log_beside(&state);
+    let child = member_command(&s.topo, &state, group, &format!("{group}-{n}"))
+        .args(["--standbys", "all", "--session-timeout", "6s", "--http-addr", &format!("127.0.0.1:{port}")])
+        .args(["--admin-addr", "off"])
+        .env("TIDEMARK_LOG", "info")
+        .stderr(stderr)
+        .spawn();
+    Running(child.expect("spawn"), Some(log))
+}
+
+/// One value of a metric without labels on the process serving `port`, if it answers.
+fn gauge_at(port: u16, name: &str) -> Option<f64> {
+    let (_, page) = http("GET", port, "/metrics")?;
+    metric(&page, name).first().map(|(_, v)| *v)
+}
+
+#[test]
+fn a_member_gone_for_good_hands_its_partitions_to_the_standby_tasks_of_the_other_and_no_completed_action_is_sent_again()
+{
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let reference_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let all_act = firing_rules("act", "act", "act");
+    let s = scenario(&all_act, server.url("/a").as_str(), server.url("/n").as_str());
+    let group = unique("g");
+    let (port_a, port_b) = (free_port(), free_port());
+
+    // Part one, processed by two members, each standing by for the other's partitions.
+    generate(&s.orders, GEN_ACTIONS);
+    let mut a = standby_member(&s, &group, "a", port_a);
+    let b = standby_member(&s, &group, "b", port_b);
+    let reference = sibling(&s, &all_act, reference_server.url("/a").as_str(), |t| t);
+    let part_one = by_key(&run_through(&reference, &reference_server));
+    assert!(part_one.len() >= 3, "part one must fire several actions, got {}", part_one.len());
+    wait_for(Duration::from_secs(120), "both members to send part one's actions", || {
+        let sent = by_key(&server.requests());
+        part_one.keys().all(|k| sent.contains_key(k)).then_some(())
+    });
+    // B's standby copy of A's partitions is warm and has seen every action A completed.
+    wait_for(Duration::from_secs(60), "b's standby tasks to catch up and settle their rows", || {
+        let (_, page) = http("GET", port_b, "/metrics")?;
+        let owns = metric(&page, "tidemark_partition_owned").iter().filter(|(_, v)| *v == 1.0).count();
+        let standing_by = gauge_at(port_b, "tidemark_standby_partitions")?;
+        let warm = gauge_at(port_b, "tidemark_standby_warm")?;
+        let waiting = gauge_at(port_b, "tidemark_standby_rows_waiting")?;
+        (owns > 0 && standing_by > 0.0 && warm == 1.0 && waiting == 0.0).then_some(())
+    });
+
+    // A dies and never comes back; part two arrives.
+    signal(&a.0, "KILL");
+    let _ = a.0.wait();
+    generate(&s.orders, &gen_actions_later());
+    let full_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let full = sibling(&s, &all_act, full_server.url("/a").as_str(), |t| t);
+    let everything = by_key(&run_through(&full, &full_server));
+    let got = wait_for(Duration::from_secs(120), "b to send every action of both parts", || {
+        let sent = by_key(&server.requests());
+        everything.keys().all(|k| sent.contains_key(k)).then_some(sent)
+    });
+
+    assert!(gauge_at(port_b, "tidemark_standby_promotions_total").unwrap_or(0.0) > 0.0, "b promoted standby tasks");
+    let log = std::fs::read_to_string(s._state.path().join("b").with_extension("log")).unwrap_or_default();
+    assert!(log.contains("standby tasks handed to the active tasks"), "b took a's partitions from its standby tasks");
+    assert_eq!(got.keys().collect::<Vec<_>>(), everything.keys().collect::<Vec<_>>(), "no key new or missing");
+    for (key, bodies) in &got {
+        assert_eq!(bodies.len(), 1, "{key} was POSTed {} times", bodies.len());
+        assert_eq!(bodies[0], everything[key][0], "payload of {key}");
+    }
+    // Settle: the dashboard ends where the single-process reference ends.
+    let want = compacted(&full.topo.dashboard);
+    wait_for(Duration::from_secs(60), "the dashboard to match the reference", || {
+        (compacted(&s.topo.dashboard) == want).then_some(())
+    });
+    drop(b);
+}

@@ -214,6 +214,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         });
         let cfg = standby::runner::StandbyConfig {
             settings: opts.settings.clone(),
+            group_id: opts.group_id.clone(),
             topology: opts.topology.clone(),
             store: Arc::clone(&store),
             standbys: Arc::clone(&standbys),

@@ -49,6 +49,8 @@ impl AuditTail {
         let consumer: Tail = self
             .settings
             .client_config()
+            // librdkafka wants a group id even for manual assignment; this one never commits.
+            .set("group.id", "tidemark-audit-tail")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")

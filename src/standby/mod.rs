@@ -5,8 +5,11 @@
 //! stream thread on the partitions the group gave to other members, in the same store and
 //! under the same keys, from each partition's own checkpoint. Their outputs (repartition
 //! records, dashboard and finance rows, dead letters, progress marks) are dropped: the
-//! active owner writes them. A standby SKU task's outbox rows are stored `Pending` and held
-//! in [`StandbyRows`] until the audit topic ([`audit_tail`]) shows them settled.
+//! active owner writes them. So a standby task never runs ahead of its owner: it processes
+//! only records below the offset the owner committed to the group (after its outputs were
+//! acknowledged and its state written), and a promoted task resumes where the owner's
+//! outputs are known to exist. A standby SKU task's outbox rows are stored `Pending` and
+//! held in [`StandbyRows`] until the audit topic ([`audit_tail`]) shows them settled.
 //!
 //! A partition has one writer at a time. When the group assigns one, the rebalance callback
 //! asks the standby thread to let it go ([`Standbys::release`]): it commits, drops the task,

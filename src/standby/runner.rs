@@ -1,8 +1,11 @@
 //! The standby thread: poll, ingest, commit state and checkpoints; outputs dropped.
 //!
-//! It keeps a task for every input partition the active tasks do not hold. Its consumer has
-//! no group: it is assigned the standby partitions at their checkpoints, and reassigned when
-//! the set changes (a promotion or a demotion, both rare). Each commit is one `WriteBatch`
+//! It keeps a task for every input partition the active tasks do not hold. Its consumer
+//! never joins the group: it is assigned the standby partitions at their checkpoints, and
+//! reassigned when the set changes (a promotion or a demotion, both rare). It reads the
+//! offsets the group's members committed (every 0.5 s) and pauses a partition at that
+//! limit: past it, the owner's outputs may not exist yet, and a task promoted from there
+//! would skip them. Each commit is one `WriteBatch`
 //! of state, outbox rows and checkpoints, as on the stream thread, without the outputs: the
 //! active owner wrote them. Nothing here may stop the process: a failed commit drops every
 //! standby task and restores them from their last checkpoint a little later; a partition
@@ -31,10 +34,10 @@ use crate::kafka::context::TaskContext;
 use crate::kafka::KafkaSettings;
 use crate::stream::tasks::{Task, TaskFactory, SKU_REPARTITION};
 
-/// Statistics (log ends, for lag and warmth) this often.
-const STATS_EVERY_MS: &str = "500";
-/// A log end older than this says nothing about warmth.
-const LOG_END_FRESH: Duration = Duration::from_secs(3);
+/// How often the owners' committed offsets (each standby task's limit) are read.
+const LIMITS_EVERY: Duration = Duration::from_millis(500);
+/// Limits older than this say nothing about warmth (the group coordinator did not answer).
+const LIMITS_FRESH: Duration = Duration::from_secs(5);
 /// Pause before restoring every standby task after a failed commit.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// How often final rows past retention are deleted from standby outboxes.
@@ -42,6 +45,8 @@ const EXPIRE_EVERY: Duration = Duration::from_secs(600);
 
 pub struct StandbyConfig {
     pub settings: KafkaSettings,
+    /// The processors' consumer group: its committed offsets bound the standby tasks.
+    pub group_id: String,
     pub topology: Topology,
     pub store: Arc<Store>,
     pub standbys: Arc<Standbys>,
@@ -66,6 +71,13 @@ struct Runner {
     pending: VecDeque<Request>,
     expired_at: Instant,
     warned_at: Option<Instant>,
+    /// Per standby partition, the offset its active owner last committed (0 when none has):
+    /// a standby task never processes past it. Its outputs were dropped, so a promoted task
+    /// must resume where the owner's outputs are known to exist.
+    limits: BTreeMap<PartitionId, i64>,
+    limits_at: Option<Instant>,
+    /// Partitions paused at their limit.
+    held: BTreeSet<PartitionId>,
 }
 
 /// Starts the standby thread. It first stands by for every partition the active tasks do
@@ -91,11 +103,14 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
     let consumer: Consumer_ = cfg
         .settings
         .client_config()
+        // The processors' group, to read the offsets its members committed (the limits
+        // below). This consumer never subscribes, so it never joins the group, and it never
+        // commits.
+        .set("group.id", &cfg.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "error")
         .set("isolation.level", "read_committed")
-        .set("statistics.interval.ms", STATS_EVERY_MS)
         .set("fetch.wait.max.ms", "50")
         .set("fetch.queue.backoff.ms", "10")
         .create_with_context(context)
@@ -117,6 +132,9 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
         pending: VecDeque::new(),
         expired_at: Instant::now(),
         warned_at: None,
+        limits: BTreeMap::new(),
+        limits_at: None,
+        held: BTreeSet::new(),
     };
     std::thread::Builder::new()
         .name("tidemark-standby".into())
@@ -148,6 +166,7 @@ impl Runner {
                     Request::Adopt(ids) => self.adopt(&ids),
                 }
             }
+            self.refresh_limits();
             self.poll_for(interval, requests);
             if let Err(e) = self.commit() {
                 warn!(error = %format!("{e:#}"), "standby commit failed; restoring every standby task from its checkpoint");
@@ -206,6 +225,10 @@ impl Runner {
                 Some(Ok(msg)) => {
                     let Some(source) = self.source_of(msg.topic()) else { continue };
                     let id = PartitionId { source, partition: msg.partition() };
+                    if msg.offset() >= self.limits.get(&id).copied().unwrap_or(0) {
+                        self.hold(id, msg.offset());
+                        continue;
+                    }
                     let Some(task) = self.tasks.get_mut(&id) else { continue };
                     let append_ms =
                         msg.timestamp().to_millis().filter(|t| *t >= 0).unwrap_or(task.checkpoint().max_append_ms);
@@ -305,8 +328,68 @@ impl Runner {
         }
     }
 
+    /// Pauses a partition that reached its limit, at `offset` (the record not processed).
+    fn hold(&mut self, id: PartitionId, offset: i64) {
+        let topic = self.topic_of(id).to_string();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&topic, id.partition);
+        if let Err(e) = self.consumer.pause(&tpl) {
+            warn!(partition = %id, error = %e, "cannot pause a standby partition");
+        }
+        if let Err(e) = self.consumer.seek(&topic, id.partition, Offset::Offset(offset), Duration::from_secs(1)) {
+            warn!(partition = %id, error = %e, "cannot rewind a standby partition; fetching it again");
+            self.reassign();
+            return;
+        }
+        self.held.insert(id);
+    }
+
+    /// Reads the offsets the active owners committed, every [`LIMITS_EVERY`], and resumes
+    /// held partitions whose limit moved past them.
+    fn refresh_limits(&mut self) {
+        if self.limits_at.is_some_and(|at| at.elapsed() < LIMITS_EVERY) || self.tasks.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for id in self.tasks.keys() {
+            tpl.add_partition(self.topic_of(*id), id.partition);
+        }
+        let committed = match self.consumer.committed_offsets(tpl, Duration::from_secs(5)) {
+            Ok(c) => c,
+            Err(e) => {
+                if self.warned_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                    warn!(error = %e, "cannot read the group's committed offsets; standby tasks wait");
+                    self.warned_at = Some(Instant::now());
+                }
+                return;
+            }
+        };
+        self.limits_at = Some(Instant::now());
+        let mut resume = TopicPartitionList::new();
+        for e in committed.elements() {
+            let Some(source) = self.source_of(e.topic()) else { continue };
+            let id = PartitionId { source, partition: e.partition() };
+            let limit = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            };
+            self.limits.insert(id, limit);
+            let next = self.tasks.get(&id).map_or(i64::MAX, Task::next_offset);
+            if self.held.contains(&id) && limit > next {
+                self.held.remove(&id);
+                resume.add_partition(e.topic(), e.partition());
+            }
+        }
+        if resume.count() > 0 {
+            if let Err(e) = self.consumer.resume(&resume) {
+                warn!(error = %e, "cannot resume standby partitions");
+            }
+        }
+    }
+
     /// Fetches every standby partition from its task's next offset.
-    fn reassign(&self) {
+    fn reassign(&mut self) {
+        self.held.clear();
         let mut tpl = TopicPartitionList::new();
         for (id, task) in &self.tasks {
             let _ = tpl.add_partition_offset(self.topic_of(*id), id.partition, Offset::Offset(task.next_offset()));
@@ -382,22 +465,17 @@ impl Runner {
         Ok(())
     }
 
-    /// Lag and warmth: warm once every standby task's log end (freshly reported) is at most
-    /// one commit's worth of records ahead of it.
+    /// Lag and warmth, against the limits: warm once every standby task is at most one
+    /// commit's worth of records behind what its owner committed (freshly read).
     fn publish(&self) {
-        let ends = self.consumer.context().log_ends.lock().map(|e| e.clone()).unwrap_or_default();
+        let fresh = self.limits_at.is_some_and(|at| at.elapsed() <= LIMITS_FRESH);
         let mut lag = 0i64;
-        let mut warm = true;
+        let mut warm = fresh || self.tasks.is_empty();
         let slack = i64::try_from(self.cfg.topology.max_batch_records).unwrap_or(i64::MAX);
         for (id, task) in &self.tasks {
-            match ends.get(id) {
-                Some((end, at)) if at.elapsed() <= LOG_END_FRESH => {
-                    let behind = (end - task.next_offset()).max(0);
-                    lag += behind;
-                    warm &= behind <= slack;
-                }
-                _ => warm = false,
-            }
+            let behind = (self.limits.get(id).copied().unwrap_or(0) - task.next_offset()).max(0);
+            lag += behind;
+            warm &= behind <= slack;
         }
         self.cfg.standbys.warm.store(warm, Ordering::Relaxed);
         gauge!("tidemark_standby_partitions").set(self.tasks.len() as f64);
