@@ -5,11 +5,14 @@ per-run summaries, the combined result and its plot.
     failover.py sample OUT.jsonl --url NAME=URL ... [--interval 0.5]
     failover.py owned METRICS.txt SOURCE            # partitions of SOURCE owned on a /metrics page
     failover.py ks-owned KS.log SOURCE_TOPIC [BEFORE_MS] # same from the baseline's `[ks] t=... tasks` lines
-    failover.py run RUN.json --system tidemark|ks-eos --actions A.jsonl --t0 EPOCH --tk EPOCH
+    failover.py run RUN.json --system tidemark|tidemark-standby|ks-eos --actions A.jsonl --t0 EPOCH --tk EPOCH
                  --affected "0 2" --partitions 4 --gen-start ISO [--samples S.jsonl]
                  [--ks-log-b B.log --ks-latency-a A.jsonl --ks-latency-b B.jsonl --ks-lag-b B.lag.jsonl]
-                 [--tm-log-b B.log] [--meta JSON]
+                 [--tm-log-b B.log --tm-log-a A.log] [--meta JSON]
     failover.py report RESULT.json PLOT.png RUN.json ... [--meta JSON]
+
+tidemark-standby is tidemark with `--standbys all`: summarised as tidemark, plus the survivor's
+standby gauges and its hand-over log lines.
 
 SKU → SKU repartition partition: tidemark places a SKU with FNV-1a 64 of its UTF-8 bytes
 modulo the partition count (src/engine/derive.rs `sku_partition`); the Kafka Streams baseline
@@ -69,7 +72,7 @@ assert fnv1a64("a") == 0xAF63DC4C8601EC8C and fnv1a64("foobar") == 0x85944171F73
 
 
 def sku_partition(system, sku, n):
-    if system == "tidemark":
+    if system.startswith("tidemark"):
         return fnv1a64(sku) % n
     return (murmur2(sku.encode()) & 0x7FFFFFFF) % n
 
@@ -96,6 +99,7 @@ def iso_ms(s):
 # --- sample ---------------------------------------------------------------------------------
 def parse_page(page):
     s = {"owned": {}, "age": {}, "counts": {}, "restores": 0.0, "records": 0.0}
+    sb = {}
     for name, labels, v in samples(page):
         key = f"{labels.get('source', '?')}[{labels.get('partition', '?')}]"
         if name == "tidemark_partition_owned":
@@ -108,6 +112,11 @@ def parse_page(page):
             s["restores"] += v
         elif name == "tidemark_records_total":
             s["records"] = v
+        elif name in ("tidemark_standby_partitions", "tidemark_standby_lag_records", "tidemark_standby_warm",
+                      "tidemark_standby_promotions_total", "tidemark_standby_rows_waiting"):
+            sb[name[len("tidemark_standby_"):]] = sb.get(name[len("tidemark_standby_"):], 0.0) + v
+    if sb:
+        s["standby"] = sb
     return s
 
 
@@ -235,7 +244,7 @@ def run(args):
     res["actions_per_s"] = per_second(pre)
     res["action_marks_rel_kill"] = [rnd(r[0] - tk) for r in aff[:1]]
 
-    if system == "tidemark":
+    if system.startswith("tidemark"):
         victim = opt(args, "--victim", "A")
         survivor = "B" if victim == "A" else "A"
         res["killed_process"], res["surviving_process"] = victim, survivor
@@ -252,6 +261,8 @@ def run(args):
                     row[f"{role}_owned_orders"] = sum(1 for k, v in p["owned"].items() if k.startswith("orders[") and v >= 1)
                     row[f"{role}_owned_sku"] = sum(1 for k, v in p["owned"].items() if k.startswith("sku-repartition[") and v >= 1)
                     row[f"{role}_restores"] = p["restores"]
+                    for k, v in p.get("standby", {}).items():
+                        row[f"{role}_standby_{k}"] = v
             series.append(row)
             b = s.get(survivor, {})
             if b.get("up"):
@@ -293,6 +304,23 @@ def run(args):
         res["newest_snapshot_round_before_kill_age_s"] = rnd(tk - max(rounds)) if rounds else None
         imports = [t for t, _ in log_times(logb, "restored from snapshot") if t >= tk]
         res["snapshot_imports_after_kill_s"] = [rnd(min(imports) - tk), rnd(max(imports) - tk)] if imports else None
+        # standby tasks (tidemark-standby): the survivor's hand-overs after the kill, its standby
+        # lag (records behind the committed limits) just before the kill, warnings and errors
+        hand = log_times(logb, "standby tasks handed to the active tasks")
+        res["standby_handovers_after_kill"] = [{"t_s": rnd(t - tk), "line": l.strip()[:400]} for t, l in hand if t >= tk]
+        res["standby_handovers_before_kill"] = sum(1 for t, _ in hand if t < tk)
+        res["standby_warm_lines"] = [l.strip()[:300] for _, l in log_times(logb, "every standby task caught up")][:4]
+        pre = [r for r in series if -10 <= r["t"] < 0]
+        res["survivor_standby_lag_records_before_kill_max"] = max((r.get("survivor_standby_lag_records") for r in pre
+                                                                    if r.get("survivor_standby_lag_records") is not None), default=None)
+        res["survivor_standby_partitions_before_kill"] = next((r.get("survivor_standby_partitions") for r in reversed(pre)
+                                                               if r.get("survivor_standby_partitions") is not None), None)
+        res["survivor_standby_promotions_after_run"] = max((r.get("survivor_standby_promotions") or 0 for r in series), default=None)
+        for role, path in (("survivor", logb), ("killed", opt(args, "--tm-log-a"))):
+            lines = [l.strip() for l in open(path, errors="replace")] if path and os.path.exists(path) else []
+            bad = [l for l in lines if " WARN " in l or " ERROR " in l]
+            res[f"{role}_log_warn_error_lines"] = len(bad)
+            res[f"{role}_log_warn_error_examples"] = [l[:300] for l in bad if "admin listener off" not in l][:12]
         res["series"] = series
     else:
         tasks = ks_tasks(opt(args, "--ks-log-b"))
@@ -346,7 +374,7 @@ def per_second(pts):
 
 
 # --- the combined result ------------------------------------------------------------------------
-HEAD = ("first_affected_action_after_kill_s", "every_affected_partition_acting_again_after_kill_s", "survivor_owns_every_partition_after_kill_s",
+HEAD = ("first_affected_action_after_kill_s", "survivor_snapshot_restores", "every_affected_partition_acting_again_after_kill_s", "survivor_owns_every_partition_after_kill_s",
         "every_affected_sku_task_active_after_kill_s",
         "backlog_age_below_1s_every_partition_after_kill_s", "max_survivor_backlog_age_after_kill_s", "p99_below_1s_after_kill_s", "max_p99_before_kill_ms",
         "reposts_after_kill_of_keys_posted_before", "keys_with_two_payloads")
@@ -404,37 +432,41 @@ def report(args):
     print(json.dumps({"systems": res["systems"], "key_set_comparison": [{k: v for k, v in c.items() if not k.startswith("examples")} for c in cmp]}, indent=1))
 
     plt = ensure_mpl()
-    fig, axes = plt.subplots(2, 1, figsize=(11, 8.5), sharex=True)
+    # one panel per system present: tidemark-standby, tidemark (backlog age), ks-eos (p99)
+    order = [x for x in ("tidemark-standby", "tidemark", "ks-eos") if any(r["system"] == x for r in runs)]
+    fig, axes = plt.subplots(len(order), 1, figsize=(11, 3.2 + 2.9 * len(order)), sharex=True, squeeze=False)
+    axes = {name: a for name, a in zip(order, axes[:, 0])}
     colors = ["C0", "C1", "C2", "C3", "C4", "C5"]
-    ax1, ax2 = axes
     for i, r in enumerate(runs):
         c = colors[i % len(colors)]
         fa = r.get("first_affected_action_after_kill_s")
-        if r["system"] == "tidemark":
+        ax = axes[r["system"]]
+        if r["system"].startswith("tidemark"):
             s = r["series"]
-            ax1.plot([x["t"] for x in s], [x.get("survivor_age_max_s") if x.get("survivor_age_max_s") is not None else math.nan for x in s],
+            ax.plot([x["t"] for x in s], [x.get("survivor_age_max_s") if x.get("survivor_age_max_s") is not None else math.nan for x in s],
                      color=c, label=f"run {i + 1}: survivor {r['surviving_process']}, max backlog age of its orders partitions")
-            ax1.plot([x["t"] for x in s], [x.get("killed_age_max_s") if x.get("killed_age_max_s") is not None else math.nan for x in s],
+            ax.plot([x["t"] for x in s], [x.get("killed_age_max_s") if x.get("killed_age_max_s") is not None else math.nan for x in s],
                      color=c, ls=":", alpha=.7, label=f"run {i + 1}: {r['killed_process']} (killed)")
-            ax = ax1
         else:
             s = [x for x in r["series"] if x["n"]]
             for inst, ls in (("B", "-"), ("A", ":")):
                 xs = [x for x in s if x["inst"] == inst]
-                ax2.plot([x["t"] for x in xs], [x["p99_ms"] / 1000 for x in xs], color=c, ls=ls, alpha=1 if inst == "B" else .7,
-                         label=f"run {i + 1}: {inst}{' (killed)' if inst == 'A' else ''}, append→2xx p99 per second")
-            ax = ax2
+                ax.plot([x["t"] for x in xs], [x["p99_ms"] / 1000 for x in xs], color=c, ls=ls, alpha=1 if inst == "B" else .7,
+                        label=f"run {i + 1}: {inst}{' (killed)' if inst == 'A' else ''}, append→2xx p99 per second")
         if fa is not None:
             ax.axvline(fa, color=c, lw=1, ls="-.")
             ax.annotate(f"first affected action, run {i + 1}: {fa:.1f} s", (fa, 0.97 - 0.08 * (i % 4)), xycoords=("data", "axes fraction"),
                         fontsize=7, color=c)
-    for ax, lbl in ((ax1, "tidemark: backlog age (s)"), (ax2, "Kafka Streams (standby=1): p99 (s)")):
+    labels = {"tidemark-standby": "tidemark --standbys all: backlog age (s)", "tidemark": "tidemark (no standbys): backlog age (s)",
+              "ks-eos": "Kafka Streams (standby=1): p99 (s)"}
+    for name, ax in axes.items():
+        lbl = labels[name]
         ax.axvline(0, color="black", lw=1.2, ls="--", label="kill -9")
         ax.axvline(target, color="gray", lw=0.8, ls=":", label=f"{target:g} s target")
         ax.axhline(1, color="gray", lw=0.6)
         ax.set_yscale("symlog", linthresh=1); ax.set_ylim(bottom=0)
         ax.set_ylabel(lbl); ax.grid(alpha=.3); ax.legend(fontsize=7, loc="upper left")
-    ax2.set_xlabel("seconds since kill -9 of one of the two processes")
+    axes[order[-1]].set_xlabel("seconds since kill -9 of one of the two processes")
     fig.suptitle(meta.get("title", "failover"), fontsize=10)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
