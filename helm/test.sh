@@ -3,8 +3,9 @@
 #   helm lint (default values, helm/ci-values.yaml, and values the schema must reject),
 #   helm template, kubeconform -strict against Kubernetes and Prometheus Operator JSON
 #   schemas generated locally, chart contract checks (incl. the optional micro-batch
-#   StatefulSet, finance close CronJob and snapshot volume, all on in helm/ci-values.yaml, and
-#   the partition assignment: --replicas or --session-timeout per staticAssignment),
+#   StatefulSet, finance close CronJob and snapshot volume, all on in helm/ci-values.yaml, the
+#   partition assignment: --replicas or --session-timeout per staticAssignment, and standby
+#   tasks: TIDEMARK_STANDBYS, never with static assignment),
 #   the flags the chart passes checked against `tidemark <command> --help`, promtool
 #   check/test rules on the PrometheusRule, the Grafana dashboard JSON, and the metric names
 #   used by both against helm/metric-names.txt.
@@ -176,6 +177,9 @@ check "schema rejects staticAssignment as the string \"true\" (--set-string)" li
 check "schema rejects sessionTimeout=30sec (s, m, h only)" lint_rejects --set sessionTimeout=30sec
 check "schema rejects sessionTimeout=0s (zero)"           lint_rejects --set sessionTimeout=0s
 check "schema rejects sessionTimeout=30 (not a string)"   lint_rejects --set sessionTimeout=30
+check "schema rejects standbys=some (none or all only)"   lint_rejects --set standbys=some
+check "schema rejects warmupTimeout=5min (s, m, h only)"  lint_rejects --set warmupTimeout=5min
+check "schema rejects warmupTimeout=300 (not a string)"   lint_rejects --set warmupTimeout=300
 # template_fails_with MESSAGE ARGS...: helm template must fail, and say MESSAGE.
 template_fails_with() {
   local msg=$1 out; shift
@@ -187,6 +191,14 @@ check "snapshots.enabled without existingClaim fails, naming snapshots.existingC
   --set snapshots.enabled=true
 check "staticAssignment=yes fails in the template too (schema skipped), naming auto, true or false" \
   template_fails_with "staticAssignment must be auto, true or false" --skip-schema-validation --set staticAssignment=yes
+check "standbys all + staticAssignment true fails, naming both" \
+  template_fails_with "standbys: all needs group-managed assignment, but staticAssignment is true" \
+  --set standbys=all --set staticAssignment=true
+check "standbys all + staticAssignment true fails with snapshots on too" \
+  template_fails_with "standbys: all needs group-managed assignment, but staticAssignment is true" \
+  -f "$CIV" --set staticAssignment=true
+check "standbys=some fails in the template too (schema skipped), naming none or all" \
+  template_fails_with "standbys must be none or all" --skip-schema-validation --set standbys=some
 
 # render OUT [helm args...]: helm template into OUT (release "tidemark").
 render() { local out=$1; shift; "$HELM" template tidemark "$CHART" --namespace "$NAMESPACE" "${KV[@]}" "$@" >"$out"; }
@@ -209,6 +221,11 @@ check "helm template (default values + snapshots, staticAssignment true)" render
 GROUPV="$WORK/group-values.yaml"; GROUP="$WORK/group.yaml"
 printf 'staticAssignment: false\n' >"$GROUPV"
 check "helm template (default values, staticAssignment false)" render "$GROUP" -f "$GROUPV"
+# Standby tasks without snapshots: auto resolves to group-managed (tidemark refuses --standbys
+# all with --replicas), with the alert rules on.
+STBYV="$WORK/standbys-values.yaml"; STBY="$WORK/standbys.yaml"
+printf 'standbys: all\nprometheusRule:\n  enabled: true\n' >"$STBYV"
+check "helm template (default values + standbys all)" render "$STBY" -f "$STBYV"
 
 kc() { "$KUBECONFORM" -strict -summary -output text -schema-location "$SCHEMA_LOCATION" "$@"; }
 check "kubeconform -strict (default values)" kc "$DEF"
@@ -216,6 +233,7 @@ check "kubeconform -strict (ci-values.yaml, incl. ServiceMonitor/PrometheusRule,
 check "kubeconform -strict (finance close without timeZone)" kc "$UTC"
 check "kubeconform -strict (default values + snapshots)" kc "$SNAP"
 check "kubeconform -strict (staticAssignment true + snapshots; false without)" kc "$SNAPSTAT" "$GROUP"
+check "kubeconform -strict (default values + standbys all)" kc "$STBY"
 sed 's/^  podManagementPolicy:/  podManagmentPolicy:/' "$CI" > "$WORK/typo.yaml"
 check_fails "kubeconform rejects a misspelt field (schemas are strict)" kc "$WORK/typo.yaml"
 
@@ -228,6 +246,23 @@ check "chart contract (snapshots, staticAssignment true)" \
   python3 "$HERE/tools/check_chart.py" rendered "$SNAPSTAT" "$CHART/values.yaml" "$SNAPV" "$SNAPSTATV"
 check "chart contract (staticAssignment false, no snapshots)" \
   python3 "$HERE/tools/check_chart.py" rendered "$GROUP" "$CHART/values.yaml" "$GROUPV"
+check "chart contract (standbys all: env, group-managed, TidemarkStandbyBehind)" \
+  python3 "$HERE/tools/check_chart.py" rendered "$STBY" "$CHART/values.yaml" "$STBYV"
+# stream_env RENDERED NAME VALUE: the stream container sets NAME to VALUE ("" = not at all).
+stream_env() {
+  python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+sts = [d for d in docs if d["kind"] == "StatefulSet" and d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "stream"]
+env = {e["name"]: e.get("value") for e in sts[0]["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+got = env.get(sys.argv[2], "")
+sys.exit(0 if got == sys.argv[3] else f"{sys.argv[2]}={got!r}, want {sys.argv[3]!r}")' "$@"
+}
+check "standbys all renders TIDEMARK_STANDBYS=all" stream_env "$STBY" TIDEMARK_STANDBYS all
+check "standbys all renders TIDEMARK_WARMUP_TIMEOUT=5m" stream_env "$STBY" TIDEMARK_WARMUP_TIMEOUT 5m
+check "default values render TIDEMARK_STANDBYS=none and no TIDEMARK_WARMUP_TIMEOUT" \
+  bash -c "$(declare -f stream_env); stream_env '$DEF' TIDEMARK_STANDBYS none && stream_env '$DEF' TIDEMARK_WARMUP_TIMEOUT ''"
+check "ci-values.yaml renders TIDEMARK_WARMUP_TIMEOUT=10m" stream_env "$CI" TIDEMARK_WARMUP_TIMEOUT 10m
 # The assignment each rendering must have, stated here rather than derived from the values.
 asg() { python3 "$HERE/tools/check_chart.py" assignment "$@"; }
 check "assignment: default values (auto, no snapshots) -> --replicas 3, no --session-timeout" asg "$DEF" static
@@ -235,6 +270,7 @@ check "assignment: snapshots + auto -> no --replicas, --session-timeout 30s" asg
 check "assignment: snapshots + staticAssignment true -> --replicas 3" asg "$SNAPSTAT" static
 check "assignment: staticAssignment false, no snapshots -> no --replicas, --session-timeout 30s" asg "$GROUP" group 30s
 check "assignment: ci-values.yaml (snapshots, auto) -> no --replicas, --session-timeout 45s" asg "$CI" group 45s
+check "assignment: standbys all + auto, no snapshots -> no --replicas, --session-timeout 30s" asg "$STBY" group 30s
 # mutate RENDERED OUT PYTHON: applies PYTHON (on the list of documents `docs`) to a rendering.
 mutate() {
   python3 -c '
@@ -260,6 +296,14 @@ check_fails "chart contract catches a group-managed stream that also passes --re
   mutate '$SNAP' '$WORK/m7.yaml' 'c = [d for d in docs if d[\"kind\"] == \"StatefulSet\"][0][\"spec\"][\"template\"][\"spec\"][\"containers\"][0]
 c[\"args\"] += [\"--replicas\", \"3\"]' &&
   python3 '$HERE/tools/check_chart.py' rendered '$WORK/m7.yaml' '$CHART/values.yaml' '$SNAPV'"
+check_fails "chart contract catches a standby stream without TIDEMARK_WARMUP_TIMEOUT" bash -c "$(declare -f mutate); HERE='$HERE' CHART='$CHART';
+  mutate '$STBY' '$WORK/m8.yaml' 'c = [d for d in docs if d[\"kind\"] == \"StatefulSet\"][0][\"spec\"][\"template\"][\"spec\"][\"containers\"][0]
+c[\"env\"] = [e for e in c[\"env\"] if e[\"name\"] != \"TIDEMARK_WARMUP_TIMEOUT\"]' &&
+  python3 '$HERE/tools/check_chart.py' rendered '$WORK/m8.yaml' '$CHART/values.yaml' '$STBYV'"
+check_fails "chart contract catches standbys all with --replicas" bash -c "$(declare -f mutate); HERE='$HERE' CHART='$CHART';
+  mutate '$STBY' '$WORK/m9.yaml' 'c = [d for d in docs if d[\"kind\"] == \"StatefulSet\"][0][\"spec\"][\"template\"][\"spec\"][\"containers\"][0]
+c[\"args\"] += [\"--replicas\", \"3\"]' &&
+  python3 '$HERE/tools/check_chart.py' rendered '$WORK/m9.yaml' '$CHART/values.yaml' '$STBYV'"
 check_fails "chart contract catches a CronJob without concurrencyPolicy Forbid" bash -c "
   sed 's/concurrencyPolicy: Forbid/concurrencyPolicy: Allow/' '$CI' > '$WORK/m3.yaml' &&
   python3 '$HERE/tools/check_chart.py' rendered '$WORK/m3.yaml' '$CHART/values.yaml' '$CIV'"
@@ -303,9 +347,12 @@ if [ -n "$TM" ] && [ -s "$DEF" ] && [ -s "$CI" ]; then
     python3 "$HERE/tools/check_chart.py" flags "$CI" "$TM"
   check "tidemark accepts every flag the chart passes (default values: static, --replicas)" \
     python3 "$HERE/tools/check_chart.py" flags "$DEF" "$TM"
+  check "tidemark run reads the standby env the chart sets (TIDEMARK_STANDBYS, TIDEMARK_WARMUP_TIMEOUT)" \
+    bash -c "help=\"\$('$TM' run --help)\" && grep -q 'env: TIDEMARK_STANDBYS=' <<<\"\$help\" && grep -q 'env: TIDEMARK_WARMUP_TIMEOUT=' <<<\"\$help\""
 else
   skip "tidemark validate of the rendered topologies (no tidemark binary; set TIDEMARK_BIN)"
   skip "tidemark accepts every flag the chart passes (no tidemark binary; set TIDEMARK_BIN)"
+  skip "tidemark run reads the standby env the chart sets (no tidemark binary; set TIDEMARK_BIN)"
 fi
 
 # Alert rules: names, label values, then promtool (or the Python fallback).

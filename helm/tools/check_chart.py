@@ -16,7 +16,9 @@
       existing ReadWriteMany claim mounted writable in the stream's pods only, the
       --snapshot-* flags, and the snapshot alerts with 3 x the interval); the partition
       assignment (staticAssignment true/false/auto: --replicas exactly when static,
-      --session-timeout exactly when group-managed, the ownership alert's text saying which).
+      --session-timeout exactly when group-managed, the ownership alert's text saying which);
+      standby tasks (TIDEMARK_STANDBYS from standbys, TIDEMARK_WARMUP_TIMEOUT with all, never
+      with static assignment, the TidemarkStandbyBehind alert exactly with all).
 
   check_chart.py assignment RENDERED.yaml static|group [SESSION_TIMEOUT]
       The stream's command line is that of the named mode, independently of any values file:
@@ -187,15 +189,17 @@ def rendered(path, values_files):
     operations(values, by_kind, sts, metrics[0] if metrics else None)
     snapshots(values, by_kind, sts)
     assignment(values, by_kind, sts)
+    standbys(values, by_kind, sts)
 
 
 def static_assignment(values):
-    """staticAssignment as the chart reads it: a bool, or "auto" (static without snapshots)."""
+    """staticAssignment as the chart reads it: a bool, or "auto" (static without snapshots
+    and without standbys)."""
     v = values.get("staticAssignment", "auto")
     if isinstance(v, bool):
         return v
     check(v == "auto", f"staticAssignment is auto, true or false (got {v!r})")
-    return not values.get("snapshots", {}).get("enabled")
+    return not values.get("snapshots", {}).get("enabled") and values.get("standbys", "none") != "all"
 
 
 def assignment_args(sts, mode, timeout=None):
@@ -229,6 +233,32 @@ def assignment(values, by_kind, sts):
         for x in spec["template"]["spec"]["containers"]:
             check(not {"--replicas", "--session-timeout"} & set(x.get("args", [])),
                   f"{d['metadata']['name']}: no --replicas / --session-timeout (stream only)")
+
+
+def standbys(values, by_kind, sts):
+    """TIDEMARK_STANDBYS from standbys on the stream only, TIDEMARK_WARMUP_TIMEOUT exactly with
+    all, all never with static assignment, and TidemarkStandbyBehind exactly with all."""
+    mode = values.get("standbys", "none")
+    on = mode == "all"
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    check(env.get("TIDEMARK_STANDBYS") == mode, f"TIDEMARK_STANDBYS {mode} (got {env.get('TIDEMARK_STANDBYS')})")
+    if on:
+        check(env.get("TIDEMARK_WARMUP_TIMEOUT") == str(values["warmupTimeout"]),
+              f"TIDEMARK_WARMUP_TIMEOUT {values['warmupTimeout']} (got {env.get('TIDEMARK_WARMUP_TIMEOUT')})")
+        check("--replicas" not in c.get("args", []), "standbys all: group-managed (no --replicas; tidemark refuses both)")
+    else:
+        check("TIDEMARK_WARMUP_TIMEOUT" not in env, "no TIDEMARK_WARMUP_TIMEOUT without standbys")
+    rules = {r.get("alert") for pr in by_kind.get("PrometheusRule", []) for g in pr["spec"]["groups"] for r in g["rules"]}
+    if values["prometheusRule"]["enabled"]:
+        check(("TidemarkStandbyBehind" in rules) == on, "TidemarkStandbyBehind exactly when standbys is all")
+    for d in by_kind.get("StatefulSet", []) + by_kind.get("CronJob", []):
+        if d is sts:
+            continue
+        spec = d["spec"]["jobTemplate"]["spec"] if d["kind"] == "CronJob" else d["spec"]
+        for x in spec["template"]["spec"]["containers"]:
+            check(not {"TIDEMARK_STANDBYS", "TIDEMARK_WARMUP_TIMEOUT"} & {e["name"] for e in x.get("env", [])},
+                  f"{d['metadata']['name']}: no TIDEMARK_STANDBYS / TIDEMARK_WARMUP_TIMEOUT (stream only)")
 
 
 def snapshots(values, by_kind, sts):

@@ -95,20 +95,37 @@ Argument: the duration. Fails on anything else (values.schema.json allows only t
 {{- end }}
 
 {{/*
+Standby tasks: "true" when standbys is all, "" when none. Any other value fails
+(values.schema.json rejects it too; this covers --skip-schema-validation).
+*/}}
+{{- define "tidemark.standbys" -}}
+{{- $v := toString (.Values.standbys | default "none") }}
+{{- if eq $v "all" }}true
+{{- else if ne $v "none" }}
+{{- fail (printf "standbys must be none or all (not %q)" $v) }}
+{{- end }}
+{{- end }}
+
+{{/*
 How the stream's partitions are assigned: "true" when static (pod k owns partition p iff
 p % replicaCount == k, `--replicas`), "" when the consumer group manages them (no
 `--replicas`, `--session-timeout`). staticAssignment true/false (booleans) as given; "auto"
 is static without snapshots (a moved partition would replay its log from offset 0) and
-group-managed with them (a moved partition is restored from a snapshot). Any other value
-fails (values.schema.json rejects it too; this covers --skip-schema-validation and the
-string "true" of `--set-string`).
+group-managed with them (a moved partition is restored from a snapshot) or with standbys
+(standby tasks follow the group's moves). Static assignment with standbys all fails: tidemark
+refuses --standbys all with --replicas. Any other value fails (values.schema.json rejects it
+too; this covers --skip-schema-validation and the string "true" of `--set-string`).
 */}}
 {{- define "tidemark.staticAssignment" -}}
 {{- $v := .Values.staticAssignment }}
+{{- $standbys := include "tidemark.standbys" . }}
 {{- if kindIs "bool" $v }}
+{{- if and $v $standbys }}
+{{- fail "standbys: all needs group-managed assignment, but staticAssignment is true (static, --replicas): set staticAssignment to auto or false, or standbys to none" }}
+{{- end }}
 {{- if $v }}true{{ end }}
 {{- else if eq (toString $v) "auto" }}
-{{- if not .Values.snapshots.enabled }}true{{ end }}
+{{- if not (or .Values.snapshots.enabled $standbys) }}true{{ end }}
 {{- else }}
 {{- fail (printf "staticAssignment must be auto, true or false (true/false as YAML booleans, unquoted; not the string %q)" (toString $v)) }}
 {{- end }}
