@@ -184,7 +184,11 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
                 .replaying_within(replay_within),
             ));
             let taken_by = opts.instance_id.clone().unwrap_or_else(|| format!("pid-{}", std::process::id()));
-            opts.handover = Some(snapshot::Handover::new(cfg, taken_by.clone()));
+            // With standbys the next owner has a warm copy (it joined only once warm), so a
+            // revocation is not exported: a move then costs a commit, not an export.
+            if !standbys_on {
+                opts.handover = Some(snapshot::Handover::new(cfg, taken_by.clone()));
+            }
             let taker = snapshot::Taker::new(cfg.clone(), Arc::clone(&store), Arc::clone(&opts.progress), taken_by);
             Some(snapshot::taker::spawn(taker, Arc::clone(&stop))?)
         }
