@@ -130,6 +130,8 @@ fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page
         ("TIDEMARK_HTTP_ADDR", format!("127.0.0.1:{port}")),
         ("TIDEMARK_SNAPSHOT_DIR", snapshots.path().display().to_string()),
         ("TIDEMARK_SNAPSHOT_INTERVAL", "1s".to_string()),
+        // Standby metrics exist too (one process: it stands by for nothing once assigned).
+        ("TIDEMARK_STANDBYS", "all".to_string()),
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let child = spawn_run(&t, state.path(), &unique("g"), &env);
