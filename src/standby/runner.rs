@@ -42,6 +42,9 @@ const LIMITS_FRESH: Duration = Duration::from_secs(5);
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// How often final rows past retention are deleted from standby outboxes.
 const EXPIRE_EVERY: Duration = Duration::from_secs(600);
+/// How often partitions that could not be adopted (the broker did not answer: topics
+/// created a moment ago elect their leaders) and a tail that did not start are tried again.
+const RETRY_EVERY: Duration = Duration::from_secs(5);
 
 pub struct StandbyConfig {
     pub settings: KafkaSettings,
@@ -78,6 +81,12 @@ struct Runner {
     limits_at: Option<Instant>,
     /// Partitions paused at their limit.
     held: BTreeSet<PartitionId>,
+    /// Partitions whose adoption failed for want of an answer, tried again every
+    /// [`RETRY_EVERY`].
+    retry: BTreeSet<PartitionId>,
+    retried_at: Instant,
+    tail: Option<JoinHandle<()>>,
+    tail_started: bool,
 }
 
 /// Starts the standby thread. It first stands by for every partition the active tasks do
@@ -135,6 +144,10 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
         limits: BTreeMap::new(),
         limits_at: None,
         held: BTreeSet::new(),
+        retry: BTreeSet::new(),
+        retried_at: Instant::now(),
+        tail: None,
+        tail_started: false,
     };
     std::thread::Builder::new()
         .name("tidemark-standby".into())
@@ -146,15 +159,8 @@ impl Runner {
     fn run(mut self, requests: &Receiver<Request>) {
         let everything: Vec<PartitionId> = self.factory.all_partitions().collect();
         self.adopt(&everything);
-        let since = self.audit_since();
+        self.start_tail();
         let stop = Arc::clone(&self.cfg.stop);
-        let tail = match self.cfg.standbys.tail.start(since, Arc::clone(&stop)) {
-            Ok(t) => t,
-            Err(e) => {
-                warn!(error = %format!("{e:#}"), "the audit tail did not start: promoted standby rows may be sent again");
-                None
-            }
-        };
         let interval = Duration::from_millis(self.cfg.topology.commit_interval_ms.max(1));
         while !stop.load(Ordering::Relaxed) {
             while let Some(request) = self.pending.pop_front().or_else(|| requests.try_recv().ok()) {
@@ -174,14 +180,46 @@ impl Runner {
             }
             self.publish();
             self.expire();
+            self.retry();
         }
         if let Err(e) = self.commit() {
             warn!(error = %format!("{e:#}"), "final standby commit failed");
         }
-        if let Some(t) = tail {
+        if let Some(t) = self.tail.take() {
             let _ = t.join();
         }
         info!("standby tasks stopped");
+    }
+
+    /// Starts the audit tail from where the standby SKU tasks resume (see [`audit_tail`]).
+    fn start_tail(&mut self) {
+        let since = self.audit_since();
+        match self.cfg.standbys.tail.start(since, Arc::clone(&self.cfg.stop)) {
+            Ok(t) => {
+                self.tail = t;
+                self.tail_started = true;
+            }
+            Err(e) => warn!(
+                error = %format!("{e:#}"),
+                "the audit tail did not start (tried again in {RETRY_EVERY:?}); until it runs, standby rows stay waiting"
+            ),
+        }
+    }
+
+    /// Adopts again the partitions that could not be adopted, and starts the audit tail if it
+    /// did not start.
+    fn retry(&mut self) {
+        if self.retried_at.elapsed() < RETRY_EVERY {
+            return;
+        }
+        self.retried_at = Instant::now();
+        if !self.retry.is_empty() {
+            let ids: Vec<PartitionId> = std::mem::take(&mut self.retry).into_iter().collect();
+            self.adopt(&ids);
+        }
+        if !self.tail_started {
+            self.start_tail();
+        }
     }
 
     fn source_of(&self, topic: &str) -> Option<u16> {
@@ -258,7 +296,8 @@ impl Runner {
             let task = match self.factory.restore(&self.cfg.store, id) {
                 Ok(task) => task,
                 Err(e) => {
-                    warn!(partition = %id, error = %e, "standby task not restored; left to its active owner");
+                    warn!(partition = %id, error = %e, "standby task not restored; tried again later");
+                    self.retry.insert(id);
                     continue;
                 }
             };
@@ -311,7 +350,8 @@ impl Runner {
                 false
             }
             Err(e) => {
-                warn!(partition = %id, error = %e, "cannot read the log bounds; no standby for it");
+                warn!(partition = %id, error = %e, "cannot read the log bounds; standing by for it is tried again later");
+                self.retry.insert(id);
                 false
             }
         }
@@ -407,6 +447,7 @@ impl Runner {
         let before = self.tasks.len();
         for id in ids {
             self.tasks.remove(id);
+            self.retry.remove(id);
         }
         if self.tasks.len() != before {
             self.reassign();
@@ -470,7 +511,7 @@ impl Runner {
     fn publish(&self) {
         let fresh = self.limits_at.is_some_and(|at| at.elapsed() <= LIMITS_FRESH);
         let mut lag = 0i64;
-        let mut warm = fresh || self.tasks.is_empty();
+        let mut warm = (fresh || self.tasks.is_empty()) && self.retry.is_empty();
         let slack = i64::try_from(self.cfg.topology.max_batch_records).unwrap_or(i64::MAX);
         for (id, task) in &self.tasks {
             let behind = (self.limits.get(id).copied().unwrap_or(0) - task.next_offset()).max(0);
