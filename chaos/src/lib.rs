@@ -9,9 +9,12 @@
 //! - [`history`]: topics and a seeded generated history per scenario.
 //! - [`scenario`]: the fault scenarios and the profiles that group them.
 //! - [`checker`]: the invariant checker and its JSON/human report.
+//! - [`takeover`]: where a surviving pod's promoted partitions resumed (standby copy,
+//!   snapshot, log start), read from its log.
 
 pub mod broker;
 pub mod checker;
 pub mod history;
 pub mod pod;
 pub mod scenario;
+pub mod takeover;

@@ -26,6 +26,8 @@ pub struct Pod {
     pub snapshots: Option<PathBuf>,
     /// Runs `tidemark microbatch` (slices every 300 ms) instead of the stream.
     pub microbatch: bool,
+    /// `--standbys all`: a standby task for every input partition the pod does not own.
+    pub standbys: bool,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -55,6 +57,7 @@ impl Pod {
             replicas: Some(1),
             snapshots: None,
             microbatch: false,
+            standbys: false,
         })
     }
 
@@ -78,6 +81,9 @@ impl Pod {
             if let Some(dir) = &self.snapshots {
                 cmd.arg("--snapshot-dir").arg(dir).args(["--snapshot-interval", "2s"]);
             }
+            if self.standbys {
+                cmd.args(["--standbys", "all"]);
+            }
         }
         cmd.arg("--topology")
             .arg(&self.topology)
@@ -98,8 +104,16 @@ impl Pod {
         Ok(())
     }
 
-    fn log_len(&self) -> u64 {
+    /// Bytes in the pod's log so far: a mark for [`Pod::log_since`].
+    pub fn log_len(&self) -> u64 {
         std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// What the pod logged after byte `offset` (over every restart).
+    pub fn log_since(&self, offset: u64) -> String {
+        let bytes = std::fs::read(&self.log).unwrap_or_default();
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
     }
 
     pub fn is_running(&mut self) -> bool {

@@ -15,6 +15,7 @@ use crate::broker::Broker;
 use crate::checker::{self, ScenarioReport};
 use crate::history;
 use crate::pod::{input_lag, metric_sum, Pod};
+use crate::takeover::{self, Takeover, WARM_LOG};
 
 /// Every failpoint compiled into the binary (src/failpoint.rs).
 pub const FAILPOINTS: [&str; 5] = [
@@ -50,6 +51,9 @@ pub enum Fault {
     ScaleTo(usize),
     /// SIGKILL a pod that never comes back: its partitions move to the others.
     GoneForGood,
+    /// SIGKILL a group-managed pod mid-run and delete its state directory; it stays down until
+    /// the others own its partitions, then starts empty and must rejoin.
+    VolumeLost,
 }
 
 #[derive(Clone, Debug)]
@@ -64,6 +68,10 @@ pub struct Scenario {
     pub group: bool,
     /// `--snapshot-dir` shared by the pods: moved or lost partitions restore from it.
     pub snapshots: bool,
+    /// `--standbys all` (group-managed): every pod keeps a standby task for each partition it
+    /// does not own. The scenario fails unless a surviving pod took partitions from its
+    /// standby tasks after a kill, so a silent fallback to a snapshot import cannot pass.
+    pub standbys: bool,
     pub faults: Vec<Fault>,
     pub events: u64,
 }
@@ -82,6 +90,7 @@ pub fn short_profile() -> Vec<Scenario> {
             microbatch: false,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 2,
             faults: vec![Fault::RandomKills(3)],
             events: 6000,
@@ -91,6 +100,7 @@ pub fn short_profile() -> Vec<Scenario> {
             microbatch: false,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 1,
             faults: vec![Fault::Failpoints],
             events: 6000,
@@ -100,6 +110,7 @@ pub fn short_profile() -> Vec<Scenario> {
             microbatch: false,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 1,
             faults: vec![Fault::EndpointChaos, Fault::AppendTwice],
             events: 6000,
@@ -109,6 +120,7 @@ pub fn short_profile() -> Vec<Scenario> {
             microbatch: false,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 1,
             faults: vec![Fault::BrokerRestart, Fault::SigtermCycles(2)],
             events: 6000,
@@ -118,6 +130,7 @@ pub fn short_profile() -> Vec<Scenario> {
             microbatch: false,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 1,
             faults: vec![Fault::WipeState],
             events: 4000,
@@ -127,6 +140,7 @@ pub fn short_profile() -> Vec<Scenario> {
             microbatch: false,
             group: true,
             snapshots: true,
+            standbys: false,
             pods: 2,
             faults: vec![Fault::ScaleTo(3), Fault::ScaleTo(1)],
             events: 6000,
@@ -136,6 +150,7 @@ pub fn short_profile() -> Vec<Scenario> {
             microbatch: false,
             group: true,
             snapshots: true,
+            standbys: false,
             pods: 2,
             faults: vec![Fault::GoneForGood],
             events: 6000,
@@ -145,15 +160,41 @@ pub fn short_profile() -> Vec<Scenario> {
             microbatch: false,
             group: true,
             snapshots: true,
+            standbys: false,
             pods: 2,
             faults: vec![Fault::WipeState],
             events: 6000,
+        },
+        Scenario {
+            name: "volume-wiped-with-standby",
+            microbatch: false,
+            group: true,
+            snapshots: true,
+            standbys: true,
+            pods: 2,
+            faults: vec![Fault::VolumeLost],
+            // 16 s of input: the kill lands while it is still produced, after a cold start's
+            // warm-up (up to 8 s on a new group) and the join.
+            events: 24_000,
+        },
+        Scenario {
+            name: "pod-gone-for-good-with-standby",
+            microbatch: false,
+            group: true,
+            snapshots: true,
+            standbys: true,
+            pods: 2,
+            faults: vec![Fault::GoneForGood],
+            // 16 s of input: the kill lands while it is still produced, after a cold start's
+            // warm-up (up to 8 s on a new group) and the join.
+            events: 24_000,
         },
         Scenario {
             name: "microbatch-kills-and-failpoints",
             microbatch: true,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 1,
             faults: vec![Fault::RandomKills(3), Fault::Failpoints, Fault::AppendTwice],
             events: 6000,
@@ -169,6 +210,7 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
             microbatch: false,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 3,
             faults: vec![Fault::RandomKills(kills)],
             events: 20_000,
@@ -178,6 +220,7 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
             microbatch: true,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 1,
             faults: vec![Fault::RandomKills(kills), Fault::Failpoints, Fault::BrokerRestart, Fault::AppendTwice],
             events: 20_000,
@@ -187,6 +230,7 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
             microbatch: false,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 2,
             faults: vec![Fault::Failpoints, Fault::RandomKills(3)],
             events: 20_000,
@@ -196,6 +240,7 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
             microbatch: false,
             group: false,
             snapshots: false,
+            standbys: false,
             pods: 2,
             faults: vec![
                 Fault::EndpointChaos,
@@ -313,6 +358,7 @@ struct Mode {
     /// `--replicas n` when false; group-managed when true.
     group: bool,
     snapshots: Option<PathBuf>,
+    standbys: bool,
 }
 
 fn pods(env: &Env, n: usize, topology: &Path, group: &str, mode: &Mode) -> anyhow::Result<Vec<Pod>> {
@@ -323,6 +369,7 @@ fn pod(env: &Env, i: usize, n: usize, topology: &Path, group: &str, mode: &Mode)
     let mut pod = Pod::new(&format!("{group}-{i}"), &env.bin, topology, &env.dir, &env.broker.bootstrap(), group)?;
     pod.replicas = (!mode.group).then_some(n);
     pod.snapshots = mode.snapshots.clone();
+    pod.standbys = mode.standbys;
     Ok(pod)
 }
 
@@ -363,8 +410,11 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     )?;
 
     let faulty_group = format!("f{seed}");
-    let mode =
-        Mode { group: sc.group, snapshots: sc.snapshots.then(|| env.dir.join(format!("{faulty_group}-snapshots"))) };
+    let mode = Mode {
+        group: sc.group,
+        snapshots: sc.snapshots.then(|| env.dir.join(format!("{faulty_group}-snapshots"))),
+        standbys: sc.standbys,
+    };
     let mut faulty = pods(env, sc.pods, &faulty_topo, &faulty_group, &mode)?;
     for p in faulty.iter_mut() {
         p.microbatch = sc.microbatch;
@@ -375,8 +425,9 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     log(&format!("{}: seed {seed}, {} pod(s), faults {:?}", sc.name, sc.pods, sc.faults));
 
     let spawn = |i: usize| pod(env, i, sc.pods, &faulty_topo, &faulty_group, &mode);
+    let mut survivors = Vec::new();
     for fault in &sc.faults {
-        inject(env, *fault, &mut faulty, &spawn, &faulty_server, &mut rng, report, &generator)?;
+        inject(env, *fault, &mut faulty, &spawn, &faulty_server, &mut rng, report, &generator, &mut survivors)?;
     }
     generator.join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
     if sc.faults.contains(&Fault::AppendTwice) {
@@ -408,16 +459,40 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
             report.faults.push(format!("{}: final SIGTERM did not end cleanly", p.name));
         }
     }
+    if sc.standbys {
+        // The survivors must have continued the lost partitions from their standby copies.
+        let mut t = Takeover::default();
+        for m in &survivors {
+            if let Some(p) = faulty.iter().find(|p| p.name == m.pod) {
+                t.add(takeover::read(&p.log_since(m.offset)));
+            }
+        }
+        report.faults.push(format!(
+            "after the kill: {} standby promotion(s) on a surviving pod; {} partition(s) resumed from the standby \
+             copy, from a snapshot {:?}, from offset 0 {:?}",
+            t.promotions,
+            t.from_standby.len(),
+            t.from_snapshot,
+            t.from_start
+        ));
+        if t.promotions == 0 {
+            fail(report, "no surviving pod took a partition from its standby tasks");
+        } else if t.from_standby.is_empty() {
+            fail(report, "no partition a surviving pod took over resumed from its standby copy");
+        }
+    }
     if sc.snapshots {
         // A move or a lost volume must have come from a snapshot, not a replay from offset 0.
+        // With standbys it comes from the standby copy, which a snapshot only backs.
         let restored = lines_in_logs(&env.dir, &faulty_group, "restored from snapshot");
         report.faults.push(format!("{restored} partition restores from snapshots"));
-        if restored == 0 {
+        if restored == 0 && !sc.standbys {
             report.error = Some("no partition was restored from a snapshot".into());
         }
     }
 
-    let mut reference = pods(env, 1, &reference_topo, &format!("r{seed}"), &Mode { group: false, snapshots: None })?;
+    let mut reference =
+        pods(env, 1, &reference_topo, &format!("r{seed}"), &Mode { group: false, snapshots: None, standbys: false })?;
     reference[0].start(None)?;
     settle(&mut reference, &reference_server, Duration::from_secs(5), Duration::from_secs(180))?;
     reference[0].sigterm(Duration::from_secs(30))?;
@@ -439,6 +514,49 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
 /// snapshot (with no local row to count a redelivery by) may send again.
 const IN_FLIGHT_PER_CRASH: usize = 32;
 
+/// Whether a fault landed while the history was still being produced.
+fn input_state(generator: &std::thread::JoinHandle<anyhow::Result<()>>) -> &'static str {
+    if generator.is_finished() {
+        "after the input ended"
+    } else {
+        "while input is still produced"
+    }
+}
+
+/// Records a failed check, keeping any earlier one.
+fn fail(report: &mut ScenarioReport, msg: &str) {
+    report.error = Some(match report.error.take() {
+        Some(e) => format!("{e}; {msg}"),
+        None => msg.to_string(),
+    });
+}
+
+/// Where a pod's log stood when another pod was killed: what it logs after is its answer to
+/// the fault.
+struct LogMark {
+    pod: String,
+    offset: u64,
+}
+
+fn marks(pods: &[Pod]) -> Vec<LogMark> {
+    pods.iter().map(|p| LogMark { pod: p.name.clone(), offset: p.log_len() }).collect()
+}
+
+/// Waits until the pods other than `gone` own every input partition between them (the dead
+/// member's partitions have moved to them).
+fn wait_taken_over(pods: &[Pod], gone: usize, limit: Duration) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let pages: Vec<Option<String>> =
+            pods.iter().enumerate().filter(|&(j, _)| j != gone).map(|(_, p)| p.metrics()).collect();
+        if every_partition_owned(&pages, false) {
+            return Ok(());
+        }
+        anyhow::ensure!(started.elapsed() < limit, "the other pods did not take the partitions over within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn inject(
     env: &Env,
@@ -449,6 +567,7 @@ fn inject(
     rng: &mut ChaCha8Rng,
     report: &mut ScenarioReport,
     generator: &std::thread::JoinHandle<anyhow::Result<()>>,
+    survivors: &mut Vec<LogMark>,
 ) -> anyhow::Result<()> {
     let pause = |rng: &mut ChaCha8Rng, lo: u64, hi: u64| Duration::from_millis(rng.gen_range(lo..hi));
     match fault {
@@ -554,10 +673,39 @@ fn inject(
             anyhow::ensure!(pods.len() > 1, "a pod gone for good needs another to take over");
             let i = rng.gen_range(0..pods.len());
             let mut p = pods.remove(i);
+            survivors.extend(marks(pods));
             p.sigkill()?;
             report.kills += 1;
             report.allowed_duplicate_posts += IN_FLIGHT_PER_CRASH;
-            report.faults.push(format!("SIGKILL {}, never restarted", p.name));
+            report.faults.push(format!("SIGKILL {}, never restarted ({})", p.name, input_state(generator)));
+        }
+        Fault::VolumeLost => {
+            wait_balanced(pods, Duration::from_secs(60))?;
+            std::thread::sleep(pause(rng, 1000, 3000));
+            anyhow::ensure!(pods.len() > 1, "a lost volume needs another pod to take over");
+            let i = rng.gen_range(0..pods.len());
+            survivors.extend(marks(pods).into_iter().filter(|m| m.pod != pods[i].name));
+            pods[i].sigkill()?;
+            pods[i].wipe_state()?;
+            report.kills += 1;
+            report.allowed_duplicate_posts += IN_FLIGHT_PER_CRASH;
+            report.faults.push(format!(
+                "SIGKILL {}, state directory deleted ({})",
+                pods[i].name,
+                input_state(generator)
+            ));
+            // Down past the session timeout, as a pod waiting for a new volume would be: its
+            // partitions go to the others before it comes back.
+            wait_taken_over(pods, i, Duration::from_secs(60))?;
+            let mark = pods[i].log_len();
+            pods[i].start(None)?;
+            report.faults.push(format!("{}: restarted empty after the others took its partitions", pods[i].name));
+            // It rejoins (with standbys: once its standby copies have caught up) and gets
+            // partitions back.
+            wait_balanced(pods, Duration::from_secs(120))?;
+            if pods[i].standbys && !pods[i].log_since(mark).contains(WARM_LOG) {
+                fail(report, &format!("{} rejoined without its standby tasks warm", pods[i].name));
+            }
         }
         Fault::AppendTwice | Fault::WipeState => {}
     }
