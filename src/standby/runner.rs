@@ -437,6 +437,11 @@ impl Runner {
         if let Err(e) = self.consumer.assign(&tpl) {
             warn!(error = %e, "cannot assign the standby partitions");
         }
+        // librdkafka keeps a partition paused across assignments until it is resumed: one held
+        // at its limit before this would never be fetched again.
+        if let Err(e) = self.consumer.resume(&tpl) {
+            warn!(error = %e, "cannot resume the standby partitions");
+        }
     }
 
     /// Commits, then lets `ids` go to the active tasks.
