@@ -260,23 +260,9 @@ fn record(segment: Segment, ms: i64) {
 mod tests {
     use super::*;
     use crate::engine::outbox::RowState;
-    use tidemark_topology::config::RuleMode;
 
     fn row(key: &str, created_at_ms: i64, state: RowState) -> OutboxRow {
-        OutboxRow {
-            key: key.into(),
-            rule_id: "r".into(),
-            rule_version: 1,
-            mode: RuleMode::Act,
-            action: "notify".into(),
-            sku: "SKU-1".into(),
-            payload: Vec::new(),
-            state,
-            attempts: 1,
-            created_at_ms,
-            source_append_ms: 0,
-            committed_wall_ms: 0,
-        }
+        OutboxRow { created_at_ms, state, attempts: 1, ..OutboxRow::sample(key) }
     }
 
     /// The shipped example with `rules` in place of its rules and both endpoints set.

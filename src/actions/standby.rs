@@ -103,23 +103,9 @@ impl StandbyRows {
 mod tests {
     use super::*;
     use tidemark_state::StoreOptions;
-    use tidemark_topology::config::RuleMode;
 
     fn row(key: &str) -> OutboxRow {
-        OutboxRow {
-            key: key.into(),
-            rule_id: "r".into(),
-            rule_version: 1,
-            mode: RuleMode::Act,
-            action: "notify".into(),
-            sku: "SKU-1".into(),
-            payload: b"{}".to_vec(),
-            state: RowState::Pending,
-            attempts: 0,
-            created_at_ms: 5,
-            source_append_ms: 5,
-            committed_wall_ms: 0,
-        }
+        OutboxRow::sample(key)
     }
 
     fn fixture() -> (tempfile::TempDir, Arc<Store>, StandbyRows) {

@@ -47,15 +47,7 @@ fn snapshot_config(
         keep,
         topology: opts.topology.name.clone(),
         group: opts.group_id.clone(),
-        topics: [
-            &opts.topology.orders,
-            &opts.topology.inventory,
-            &opts.topology.sku_repartition,
-            &opts.topology.combine_repartition,
-        ]
-        .iter()
-        .map(|t| t.topic.clone())
-        .collect(),
+        topics: stream::tasks::source_topics(&opts.topology),
     };
     info!(dir = %dir.display(), interval = ?interval, keep, "snapshots on");
     Ok(Some(cfg))

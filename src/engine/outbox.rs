@@ -60,6 +60,27 @@ pub struct OutboxRow {
     pub committed_wall_ms: i64,
 }
 
+impl OutboxRow {
+    /// A pending `act` row with this key, for tests elsewhere in the crate.
+    #[cfg(test)]
+    pub(crate) fn sample(key: &str) -> Self {
+        OutboxRow {
+            key: key.into(),
+            rule_id: "r".into(),
+            rule_version: 1,
+            mode: RuleMode::Act,
+            action: "notify".into(),
+            sku: "SKU-1".into(),
+            payload: b"{}".to_vec(),
+            state: RowState::Pending,
+            attempts: 0,
+            created_at_ms: 5,
+            source_append_ms: 5,
+            committed_wall_ms: 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

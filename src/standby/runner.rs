@@ -93,12 +93,7 @@ struct Runner {
 /// not hold, then starts the audit tail, then follows `requests`.
 pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<JoinHandle<()>> {
     let t = &cfg.topology;
-    let sources = vec![
-        t.orders.topic.clone(),
-        t.inventory.topic.clone(),
-        t.sku_repartition.topic.clone(),
-        t.combine_repartition.topic.clone(),
-    ];
+    let sources = crate::stream::tasks::source_topics(t);
     let context = TaskContext {
         store: Arc::clone(&cfg.store),
         sources: sources.clone(),

@@ -188,12 +188,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         Some(s) => Arc::clone(s),
         None => open_store(&opts)?,
     };
-    let sources = vec![
-        t.orders.topic.clone(),
-        t.inventory.topic.clone(),
-        t.sku_repartition.topic.clone(),
-        t.combine_repartition.topic.clone(),
-    ];
+    let sources = crate::stream::tasks::source_topics(t);
     let context = TaskContext {
         store: Arc::clone(&store),
         sources: sources.clone(),

@@ -16,6 +16,11 @@ pub const INVENTORY: u16 = PartitionId::INVENTORY;
 pub const SKU_REPARTITION: u16 = PartitionId::SKU_REPARTITION;
 pub const COMBINE: u16 = PartitionId::COMBINE;
 
+/// The four input topics of `t`, in `PartitionId::source` order.
+pub fn source_topics(t: &Topology) -> Vec<String> {
+    [&t.orders, &t.inventory, &t.sku_repartition, &t.combine_repartition].iter().map(|s| s.topic.clone()).collect()
+}
+
 /// Internal topics: written by upstream tasks of this topology, consumed by downstream ones.
 pub fn is_internal(source: u16) -> bool {
     source == SKU_REPARTITION || source == COMBINE
