@@ -315,11 +315,12 @@ def run(args):
                                                                     if r.get("survivor_standby_lag_records") is not None), default=None)
         res["survivor_standby_partitions_before_kill"] = next((r.get("survivor_standby_partitions") for r in reversed(pre)
                                                                if r.get("survivor_standby_partitions") is not None), None)
-        res["survivor_standby_promotions_after_run"] = max((r.get("survivor_standby_promotions") or 0 for r in series), default=None)
+        res["survivor_standby_promotions_after_run"] = max((r.get("survivor_standby_promotions_total") or 0 for r in series), default=None)
         for role, path in (("survivor", logb), ("killed", opt(args, "--tm-log-a"))):
             lines = [l.strip() for l in open(path, errors="replace")] if path and os.path.exists(path) else []
             bad = [l for l in lines if " WARN " in l or " ERROR " in l]
             res[f"{role}_log_warn_error_lines"] = len(bad)
+            res[f"{role}_no_standby_partitions"] = [l.split("partition=")[1].split()[0] for l in bad if "no standby" in l and "partition=" in l]
             res[f"{role}_log_warn_error_examples"] = [l[:300] for l in bad if "admin listener off" not in l][:12]
         res["series"] = series
     else:
