@@ -86,10 +86,6 @@ impl Standbys {
         Arc::clone(&self.active)
     }
 
-    pub fn warm_flag(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.warm)
-    }
-
     /// The group assigned `ids` to this process: the standby tasks commit and let them go
     /// before the active tasks read their checkpoints. Blocking (the rebalance callback).
     pub fn release(&self, ids: &[PartitionId]) {

@@ -466,13 +466,7 @@ impl Runner {
 
     /// Moves tasks past transaction markers and aborted records (as the stream thread does).
     fn skip_control_records(&mut self) {
-        let Ok(positions) = self.consumer.position() else { return };
-        for e in positions.elements() {
-            let (Offset::Offset(position), Some(source)) = (e.offset(), self.source_of(e.topic())) else { continue };
-            if let Some(task) = self.tasks.get_mut(&PartitionId { source, partition: e.partition() }) {
-                task.skip_to(position);
-            }
-        }
+        crate::stream::tasks::skip_control_records(&self.consumer, &self.consumer.context().sources, &mut self.tasks);
     }
 
     /// One `WriteBatch` of every standby task's state, outbox rows and checkpoint (a

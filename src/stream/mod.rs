@@ -590,13 +590,7 @@ impl Runner {
     /// last record is a transaction marker never counts as caught up, and its idle promise
     /// never releases the SKU merge.
     fn skip_control_records(&mut self, consumer: &Consumer_) {
-        let Ok(positions) = consumer.position() else { return };
-        for e in positions.elements() {
-            let (Offset::Offset(position), Some(source)) = (e.offset(), self.source_of(e.topic())) else { continue };
-            if let Some(task) = self.tasks.get_mut(&PartitionId { source, partition: e.partition() }) {
-                task.skip_to(position);
-            }
-        }
+        tasks::skip_control_records(consumer, &consumer.context().sources, &mut self.tasks);
     }
 
     /// Progress promises of the upstream tasks, to every SKU partition. A task with new

@@ -21,6 +21,28 @@ pub fn source_topics(t: &Topology) -> Vec<String> {
     [&t.orders, &t.inventory, &t.sku_repartition, &t.combine_repartition].iter().map(|s| s.topic.clone()).collect()
 }
 
+/// Moves each task past offsets the consumer stepped over without handing a record to the
+/// application (transaction markers, aborted records): everything below the consumer's
+/// position was returned by `poll` and ingested. `sources` are the input topics in
+/// `PartitionId::source` order. Shared by the stream thread and the standby thread.
+pub fn skip_control_records<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+    sources: &[String],
+    tasks: &mut std::collections::BTreeMap<PartitionId, Task>,
+) {
+    use rdkafka::consumer::Consumer as _;
+    let Ok(positions) = consumer.position() else { return };
+    for e in positions.elements() {
+        let rdkafka::Offset::Offset(position) = e.offset() else { continue };
+        let Some(source) = sources.iter().position(|s| s == e.topic()).and_then(|i| u16::try_from(i).ok()) else {
+            continue;
+        };
+        if let Some(task) = tasks.get_mut(&PartitionId { source, partition: e.partition() }) {
+            task.skip_to(position);
+        }
+    }
+}
+
 /// Internal topics: written by upstream tasks of this topology, consumed by downstream ones.
 pub fn is_internal(source: u16) -> bool {
     source == SKU_REPARTITION || source == COMBINE
