@@ -8,8 +8,9 @@
 //! Points: `commit.before_outputs_flushed`, `commit.after_outputs_before_state`,
 //! `commit.after_state_before_group`, `restore.mid`, `dispatch.after_ack_before_mark`,
 //! `batch.mid_close` and `batch.mid_adjust` (rows staged and validated, manifest not written),
-//! `microbatch.after_plan`, `microbatch.before_flush` (rows sent, not acknowledged) and
-//! `microbatch.after_commit`.
+//! `microbatch.after_plan`, `microbatch.before_flush` (rows sent, not acknowledged),
+//! `microbatch.after_commit` and `assign.received` (an assignment received from the group,
+//! possibly empty, and not applied yet).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -96,6 +96,11 @@ impl Drop for Running {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             eprintln!("--- last lines of {}:\n{}", log.display(), lines[lines.len().saturating_sub(60)..].join("\n"));
+            // The whole log, for a failure that is hard to reproduce.
+            if let (Ok(dir), Some(name)) = (std::env::var("TIDEMARK_TEST_KEEP_LOGS"), log.file_name()) {
+                let _ = std::fs::create_dir_all(&dir);
+                let _ = std::fs::copy(log, std::path::Path::new(&dir).join(name));
+            }
         }
     }
 }
@@ -406,6 +411,67 @@ fn a_volume_lost_and_restored_from_an_older_snapshot_replays_only_the_log_after_
     assert_eq!(compacted(&s.topo.dashboard), compacted(&reference.topo.dashboard), "dashboard values");
 }
 
+#[test]
+fn partitions_taken_away_and_given_back_after_new_records_arrived_fire_the_actions_of_a_run_that_never_moved_them() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let reference_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let all_act = firing_rules("act", "act", "act");
+    let s = scenario(&all_act, server.url("/a").as_str(), server.url("/n").as_str());
+    let group = unique("g");
+    let port_b = free_port();
+    let member = |n: &str, env: &[(&str, &str)]| {
+        let state = s._state.path().join(n);
+        let (stderr, log) = log_beside(&state);
+        let mut c = member_command(&s.topo, &state, &group, &format!("{group}-{n}"));
+        c.args(["--session-timeout", "6s", "--standbys", "all", "--admin-addr", "off"])
+            .args(["--http-addr", &format!("127.0.0.1:{}", if n == "b" { port_b } else { free_port() })])
+            .env("TIDEMARK_LOG", "info")
+            .stderr(stderr);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        Running(c.spawn().expect("spawn"), Some(log))
+    };
+
+    // B alone processes part one.
+    generate(&s.orders, GEN_ACTIONS);
+    let b = member("b", &[]);
+    let reference = sibling(&s, &all_act, reference_server.url("/a").as_str(), |t| t);
+    let part_one = by_key(&run_through(&reference, &reference_server));
+    wait_for(Duration::from_secs(120), "b to send part one's actions", || {
+        let sent = by_key(&server.requests());
+        part_one.keys().all(|k| sent.contains_key(k)).then_some(())
+    });
+    // A joins: B gives partitions up (the first step of a cooperative rebalance), and A dies at
+    // its first assignment, before the second step hands it any. The group gives them back to
+    // B once A's session expires; part two is appended in between, so B's client last saw
+    // these partitions end where part one ends. Both run standby tasks: B's standby copy takes
+    // the partitions in between and hands them back (CI caught a gap on this path).
+    let mut a = member("a", &[("TIDEMARK_FAILPOINTS", "assign.received=1")]);
+    wait_for(Duration::from_secs(60), "a to die at its first assignment", || a.0.try_wait().ok().flatten());
+    generate(&s.orders, &gen_actions_later());
+
+    let full_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let full = sibling(&s, &all_act, full_server.url("/a").as_str(), |t| t);
+    let everything = by_key(&run_through(&full, &full_server));
+    let got = wait_for(Duration::from_secs(120), "b to send every action of both parts", || {
+        let sent = by_key(&server.requests());
+        everything.keys().all(|k| sent.contains_key(k)).then_some(sent)
+    });
+    let log = std::fs::read_to_string(s._state.path().join("b").with_extension("log")).unwrap_or_default();
+    let gave_up = log.lines().any(|l| l.contains("revoked partitions=[") && !l.contains("revoked partitions=[]"));
+    assert!(gave_up, "b gave partitions up");
+    let broken = gauge_at(port_b, "tidemark_merge_broken_promises_total");
+    assert_eq!(broken, Some(0.0), "no upstream task promised past a record it had not read");
+    let new: Vec<&String> = got.keys().filter(|k| !everything.contains_key(*k)).collect();
+    assert!(new.is_empty(), "keys the one-process reference never sent: {new:#?}");
+    for (key, bodies) in &got {
+        assert_eq!(bodies[0], everything[key][0], "payload of {key}");
+    }
+    drop(b);
+}
+
 /// A member of a two-process group with standby tasks, metrics on `port`.
 fn standby_member(s: &Scenario, group: &str, n: &str, port: u16) -> Running {
     let state = s._state.path().join(n);
@@ -447,10 +513,14 @@ fn a_member_gone_for_good_hands_its_partitions_to_the_standby_tasks_of_the_other
         let sent = by_key(&server.requests());
         part_one.keys().all(|k| sent.contains_key(k)).then_some(())
     });
-    // B's standby copy of A's partitions is warm and has seen every action A completed.
+    // Both members own partitions (a cooperative rebalance moves them in two steps), and B's
+    // standby copy of A's partitions is warm and has seen every action A completed.
+    let owned = |port: u16| {
+        let (_, page) = http("GET", port, "/metrics")?;
+        Some(metric(&page, "tidemark_partition_owned").iter().filter(|(_, v)| *v == 1.0).count())
+    };
     wait_for(Duration::from_secs(60), "b's standby tasks to catch up and settle their rows", || {
-        let (_, page) = http("GET", port_b, "/metrics")?;
-        let owns = metric(&page, "tidemark_partition_owned").iter().filter(|(_, v)| *v == 1.0).count();
+        let owns = owned(port_a)?.min(owned(port_b)?);
         let standing_by = gauge_at(port_b, "tidemark_standby_partitions")?;
         let warm = gauge_at(port_b, "tidemark_standby_warm")?;
         let waiting = gauge_at(port_b, "tidemark_standby_rows_waiting")?;
@@ -470,9 +540,16 @@ fn a_member_gone_for_good_hands_its_partitions_to_the_standby_tasks_of_the_other
     });
 
     assert!(gauge_at(port_b, "tidemark_standby_promotions_total").unwrap_or(0.0) > 0.0, "b promoted standby tasks");
+    let broken = gauge_at(port_b, "tidemark_merge_broken_promises_total");
+    assert_eq!(broken, Some(0.0), "no upstream task promised past a record it had not read");
     let log = std::fs::read_to_string(s._state.path().join("b").with_extension("log")).unwrap_or_default();
     assert!(log.contains("standby tasks handed to the active tasks"), "b took a's partitions from its standby tasks");
-    assert_eq!(got.keys().collect::<Vec<_>>(), everything.keys().collect::<Vec<_>>(), "no key new or missing");
+    let new: Vec<(&String, String)> = got
+        .iter()
+        .filter(|(k, _)| !everything.contains_key(*k))
+        .map(|(k, bodies)| (k, String::from_utf8_lossy(&bodies[0]).into_owned()))
+        .collect();
+    assert!(new.is_empty(), "keys the one-process reference never sent: {new:#?}");
     for (key, bodies) in &got {
         assert_eq!(bodies.len(), 1, "{key} was POSTed {} times", bodies.len());
         assert_eq!(bodies[0], everything[key][0], "payload of {key}");

@@ -6,7 +6,6 @@
 //! state here), before librdkafka starts fetching. With snapshots on, a partition whose
 //! newest snapshot is ahead of the store is imported from it first (see [`crate::snapshot`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +20,7 @@ use tidemark_state::{PartitionId, Store};
 use tracing::{error, info, warn};
 
 use crate::engine::Stats;
+use crate::kafka::log_ends::LogEnds;
 use crate::telemetry::events;
 
 /// Assignment changes for the stream thread to act on after `poll` returns.
@@ -39,8 +39,8 @@ pub struct TaskContext {
     pub sources: Vec<String>,
     pub events: Mutex<Vec<AssignmentEvent>>,
     pub stats: Arc<Stats>,
-    /// Log end offsets from the client's statistics, with when they were reported.
-    pub log_ends: Mutex<HashMap<PartitionId, (i64, Instant)>>,
+    /// Log end offsets from the client's statistics, while they are fresh.
+    pub log_ends: Mutex<LogEnds>,
     /// Restores a partition from its newest snapshot first, when that is ahead of the store.
     pub snapshots: Option<Arc<crate::snapshot::Restorer>>,
     /// Set once the stream thread stops handling events (the consumer is closing): a
@@ -71,12 +71,14 @@ impl TaskContext {
     /// When the partition's log end was last reported at or below `next`, if that report is
     /// at most `fresh` old: every record the broker held then has been consumed.
     pub fn caught_up_at(&self, id: PartitionId, next: i64, fresh: Duration) -> Option<Instant> {
-        self.log_ends
-            .lock()
-            .ok()
-            .and_then(|ends| ends.get(&id).copied())
-            .filter(|(end, at)| at.elapsed() <= fresh && next >= *end)
-            .map(|(_, at)| at)
+        self.log_ends.lock().ok().and_then(|ends| ends.caught_up_at(id, next, fresh))
+    }
+
+    /// The partitions change hands: what the statistics said of them so far is stale.
+    fn forget_log_ends(&self, ids: &[PartitionId]) {
+        if let Ok(mut ends) = self.log_ends.lock() {
+            ends.forget(ids);
+        }
     }
 
     /// Gives revoked partitions back to the group (after the stream thread's commit).
@@ -153,13 +155,13 @@ impl ClientContext for TaskContext {
             .map(|p| p.consumer_lag)
             .sum();
         self.stats.lag.store(lag, std::sync::atomic::Ordering::Relaxed);
-        let now = Instant::now();
+        let now = crate::kafka::log_ends::written_at(statistics.ts);
         if let Ok(mut ends) = self.log_ends.lock() {
             for (source, name) in self.sources.iter().enumerate() {
                 let Some(topic) = statistics.topics.get(name) else { continue };
-                for p in topic.partitions.values().filter(|p| p.partition >= 0 && p.hi_offset >= 0) {
+                for p in topic.partitions.values().filter(|p| p.partition >= 0) {
                     let id = PartitionId { source: u16::try_from(source).unwrap_or(u16::MAX), partition: p.partition };
-                    ends.insert(id, (p.hi_offset, now));
+                    ends.observe(id, p.desired && p.fetch_state == "active", p.hi_offset, now);
                 }
             }
         }
@@ -180,6 +182,8 @@ impl ConsumerContext for TaskContext {
                 }
                 self.position_at_checkpoints(tpl);
                 let ids = self.ids(tpl);
+                self.forget_log_ends(&ids);
+                crate::failpoint::hit("assign.received");
                 info!(partitions = ?ids, cooperative, "assigned");
                 self.push(AssignmentEvent::Assigned(ids));
                 events::rebalanced();
@@ -192,6 +196,7 @@ impl ConsumerContext for TaskContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let ids = self.ids(tpl);
                 let lost = consumer.assignment_lost();
+                self.forget_log_ends(&ids);
                 info!(partitions = ?ids, cooperative, lost, "revoked");
                 events::rebalanced();
                 if self.closing.load(Ordering::SeqCst) {

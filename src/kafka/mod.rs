@@ -1,8 +1,10 @@
 //! Kafka I/O: client settings (with security passthrough), topic administration, the
-//! consumer context that seeks to checkpoints on assignment, and the output producer.
+//! consumer context that seeks to checkpoints on assignment, the log ends it believes
+//! (`log_ends`), and the output producer.
 
 pub mod admin;
 pub mod context;
+pub mod log_ends;
 pub mod reader;
 pub mod settings;
 pub mod sink;

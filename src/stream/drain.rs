@@ -208,9 +208,9 @@ impl Runner {
     }
 
     fn remaining(&self, consumer: &Consumer_) -> DrainTimeout {
-        let ends = consumer.context().log_ends.lock().map(|e| e.clone()).unwrap_or_default();
-        let records =
-            self.tasks.iter().filter_map(|(id, t)| ends.get(id).map(|(end, _)| (end - t.next_offset()).max(0))).sum();
+        let records = consumer.context().log_ends.lock().map_or(0, |ends| {
+            self.tasks.iter().filter_map(|(id, t)| ends.end(*id).map(|end| (end - t.next_offset()).max(0))).sum()
+        });
         let actions = self.pending_actions().unwrap_or_else(|e| {
             warn!(error = %e, "cannot count pending outbox rows");
             0
