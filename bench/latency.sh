@@ -3,6 +3,8 @@
 #
 #   bench/latency.sh [RATE] [SECONDS]        (defaults: 20000 events/s for 60 s)
 #   IDLE_SKEW=300ms COMMIT_INTERVAL=100ms bench/latency.sh ...   (topology overrides)
+#   LATENCY_OUT=FILE    append the result line there instead of bench/results/latency.jsonl
+#   LATENCY_RAW=FILE    also write every action's exact append→2xx in ms, one per line
 #
 # Starts the benchmark broker (port 39092) unless up, creates a run's topics (all three rules
 # in `act` mode, thresholds that fire steadily), starts `tidemark run` with /metrics and a
@@ -69,7 +71,7 @@ blog "producing $EVENTS events at $RATE/s (open loop)"
   --rate "$RATE" --paced --start now --seed 3 --skus 2000 --inventory-every 1000 > "$WORK/gen.json" 2> "$WORK/gen.log"
 sleep 10
 curl -sf "127.0.0.1:$HTTP_PORT/metrics" > "$WORK/metrics.txt"
-python3 - "$WORK/metrics.txt" "$RATE" "$SECS" "$WORK/actions.jsonl" "$(loadavg)" "$BIN_INFO" "${IDLE_SKEW:-2s}" "${COMMIT_INTERVAL:-200ms}" <<'PY' | tee -a "$RESULTS/latency.jsonl"
+python3 - "$WORK/metrics.txt" "$RATE" "$SECS" "$WORK/actions.jsonl" "$(loadavg)" "$BIN_INFO" "${IDLE_SKEW:-2s}" "${COMMIT_INTERVAL:-200ms}" <<'PY' | tee -a "${LATENCY_OUT:-$RESULTS/latency.jsonl}"
 import json, re, sys
 page, rate, secs, actions, load, build, idle_skew, commit_interval = sys.argv[1:]
 broken = sum(float(l.split()[-1]) for l in open(page) if l.startswith("tidemark_merge_broken_promises_total"))
@@ -95,9 +97,23 @@ for seg, bs in sorted(buckets.items()):
     out["quantiles_ms"][seg] = {k: (None if v is None else round(v * 1000, 1)) for k, v in (("p50", q(bs, .5)), ("p99", q(bs, .99)))} | {"count": int(sorted(bs)[-1][1])}
 # Exact append→2xx per action from the receiver's log (the tidemark-source-append-time header
 # against the receive time), not interpolated within buckets.
-lat = sorted(r["t"] - r["src"] for r in map(json.loads, open(actions)) if r.get("src") is not None)
+rows = [json.loads(l) for l in open(actions) if l.strip()]
+# Output checks: every action once (a re-POST under the same key is a dispatcher retry the
+# contract allows, counted), never two payloads under one key.
+payloads = {}
+for r in rows:
+    payloads.setdefault(r["key"], set()).add(r.get("body") if isinstance(r.get("body"), str) else json.dumps(r.get("body"), sort_keys=True))
+out["outputs"] = {"posts": len(rows), "distinct_keys": len(payloads),
+                  "keys_with_two_payloads": sum(1 for v in payloads.values() if len(v) > 1)}
+lat = sorted(r["t"] - r["src"] for r in rows if r.get("src") is not None)
 if lat:
     pick = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
     out["end_to_end_exact_ms"] = {"count": len(lat), "p50": pick(.5), "p99": pick(.99), "p999": pick(.999), "max": lat[-1]}
 print(json.dumps(out))
 PY
+if [ -n "${LATENCY_RAW:-}" ]; then
+  python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r.get("src") is not None: print(r["t"] - r["src"])' "$WORK/actions.jsonl" > "$LATENCY_RAW"
+fi
