@@ -38,7 +38,7 @@ run_one() { # SIDE PHASE
 r = json.loads(sys.argv[1]); r.update(side=sys.argv[2], config=sys.argv[3], phase=sys.argv[4], run=int(sys.argv[5]))
 o = r["outputs"]
 if o["keys_with_two_payloads"] or o["distinct_keys"] == 0:
-    sys.exit(f"run {r[\"run\"]}: outputs failed the check: {o}")
+    sys.exit("run %d: outputs failed the check: %s" % (r["run"], o))
 print(json.dumps(r))' "$line" "$side" "$cfg" "$phase" "$n" >> "$RUNS"
 }
 run_one A warmup; run_one B warmup

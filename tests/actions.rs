@@ -452,24 +452,47 @@ fn partitions_taken_away_and_given_back_after_new_records_arrived_fire_the_actio
     wait_for(Duration::from_secs(60), "a to die at its first assignment", || a.0.try_wait().ok().flatten());
     generate(&s.orders, &gen_actions_later());
 
-    let full_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let full = sibling(&s, &all_act, full_server.url("/a").as_str(), |t| t);
-    let everything = by_key(&run_through(&full, &full_server));
-    let got = wait_for(Duration::from_secs(120), "b to send every action of both parts", || {
-        let sent = by_key(&server.requests());
-        everything.keys().all(|k| sent.contains_key(k)).then_some(sent)
-    });
+    sent_as_one_process_would(&rt, &s, &all_act, &server, port_b);
     let log = std::fs::read_to_string(s._state.path().join("b").with_extension("log")).unwrap_or_default();
     let gave_up = log.lines().any(|l| l.contains("revoked partitions=[") && !l.contains("revoked partitions=[]"));
     assert!(gave_up, "b gave partitions up");
-    let broken = gauge_at(port_b, "tidemark_merge_broken_promises_total");
+    drop(b);
+}
+
+/// Waits until `server` has every action a one-process run over both parts sends, and checks
+/// that it got no other key, each with that run's payload, and that the member serving
+/// `port` never broke a progress promise. Returns what `server` got, by key.
+fn sent_as_one_process_would(
+    rt: &tokio::runtime::Runtime,
+    s: &Scenario,
+    rules: &str,
+    server: &TestServer,
+    port: u16,
+) -> BTreeMap<String, Vec<Vec<u8>>> {
+    let full_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let full = sibling(s, rules, full_server.url("/a").as_str(), |t| t);
+    let everything = by_key(&run_through(&full, &full_server));
+    let got = wait_for(Duration::from_secs(120), "every action of both parts", || {
+        let sent = by_key(&server.requests());
+        everything.keys().all(|k| sent.contains_key(k)).then_some(sent)
+    });
+    let broken = gauge_at(port, "tidemark_merge_broken_promises_total");
     assert_eq!(broken, Some(0.0), "no upstream task promised past a record it had not read");
-    let new: Vec<&String> = got.keys().filter(|k| !everything.contains_key(*k)).collect();
+    let new: Vec<(&String, String)> = got
+        .iter()
+        .filter(|(k, _)| !everything.contains_key(*k))
+        .map(|(k, bodies)| (k, String::from_utf8_lossy(&bodies[0]).into_owned()))
+        .collect();
     assert!(new.is_empty(), "keys the one-process reference never sent: {new:#?}");
     for (key, bodies) in &got {
         assert_eq!(bodies[0], everything[key][0], "payload of {key}");
     }
-    drop(b);
+    // The dashboard ends where the one-process run's ends.
+    let want = compacted(&full.topo.dashboard);
+    wait_for(Duration::from_secs(60), "the dashboard to match the reference", || {
+        (compacted(&s.topo.dashboard) == want).then_some(())
+    });
+    got
 }
 
 /// A member of a two-process group with standby tasks, metrics on `port`.
@@ -531,33 +554,13 @@ fn a_member_gone_for_good_hands_its_partitions_to_the_standby_tasks_of_the_other
     signal(&a.0, "KILL");
     let _ = a.0.wait();
     generate(&s.orders, &gen_actions_later());
-    let full_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let full = sibling(&s, &all_act, full_server.url("/a").as_str(), |t| t);
-    let everything = by_key(&run_through(&full, &full_server));
-    let got = wait_for(Duration::from_secs(120), "b to send every action of both parts", || {
-        let sent = by_key(&server.requests());
-        everything.keys().all(|k| sent.contains_key(k)).then_some(sent)
-    });
+    let got = sent_as_one_process_would(&rt, &s, &all_act, &server, port_b);
 
     assert!(gauge_at(port_b, "tidemark_standby_promotions_total").unwrap_or(0.0) > 0.0, "b promoted standby tasks");
-    let broken = gauge_at(port_b, "tidemark_merge_broken_promises_total");
-    assert_eq!(broken, Some(0.0), "no upstream task promised past a record it had not read");
     let log = std::fs::read_to_string(s._state.path().join("b").with_extension("log")).unwrap_or_default();
     assert!(log.contains("standby tasks handed to the active tasks"), "b took a's partitions from its standby tasks");
-    let new: Vec<(&String, String)> = got
-        .iter()
-        .filter(|(k, _)| !everything.contains_key(*k))
-        .map(|(k, bodies)| (k, String::from_utf8_lossy(&bodies[0]).into_owned()))
-        .collect();
-    assert!(new.is_empty(), "keys the one-process reference never sent: {new:#?}");
     for (key, bodies) in &got {
         assert_eq!(bodies.len(), 1, "{key} was POSTed {} times", bodies.len());
-        assert_eq!(bodies[0], everything[key][0], "payload of {key}");
     }
-    // Settle: the dashboard ends where the single-process reference ends.
-    let want = compacted(&full.topo.dashboard);
-    wait_for(Duration::from_secs(60), "the dashboard to match the reference", || {
-        (compacted(&s.topo.dashboard) == want).then_some(())
-    });
     drop(b);
 }
