@@ -20,6 +20,11 @@ RATE="${1:-20000}"; SECS="${2:-60}"; BLOCKS="${3:-3}"
 A="${A:-IDLE_SKEW=2s}"; B="${B:-IDLE_SKEW=300ms}"; NAME="${NAME:-latency_ab}"
 QUIET_LOAD="${QUIET_LOAD:-2.5}"; QUIET_MAX_S="${QUIET_MAX_S:-120}"
 RAW="$RESULTS/raw"; mkdir -p "$RAW"
+# One broker for the whole series, so its JIT is warm after the warm-up runs (bench/latency.sh
+# starts and stops its own broker only when none is up; a cold broker per run took more CPU
+# than tidemark and saturated this 2-core host even at 10k/s).
+broker_up
+trap broker_down EXIT
 RUNS="$RAW/$NAME-runs.jsonl"; : > "$RUNS"
 n=0
 run_one() { # SIDE PHASE
