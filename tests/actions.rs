@@ -420,23 +420,10 @@ fn partitions_taken_away_and_given_back_after_new_records_arrived_fire_the_actio
     let s = scenario(&all_act, server.url("/a").as_str(), server.url("/n").as_str());
     let group = unique("g");
     let port_b = free_port();
-    let member = |n: &str, env: &[(&str, &str)]| {
-        let state = s._state.path().join(n);
-        let (stderr, log) = log_beside(&state);
-        let mut c = member_command(&s.topo, &state, &group, &format!("{group}-{n}"));
-        c.args(["--session-timeout", "6s", "--standbys", "all", "--admin-addr", "off"])
-            .args(["--http-addr", &format!("127.0.0.1:{}", if n == "b" { port_b } else { free_port() })])
-            .env("TIDEMARK_LOG", "info")
-            .stderr(stderr);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        Running(c.spawn().expect("spawn"), Some(log))
-    };
 
     // B alone processes part one.
     generate(&s.orders, GEN_ACTIONS);
-    let b = member("b", &[]);
+    let b = standby_member(&s, &group, "b", port_b, &[]);
     let reference = sibling(&s, &all_act, reference_server.url("/a").as_str(), |t| t);
     let part_one = by_key(&run_through(&reference, &reference_server));
     wait_for(Duration::from_secs(120), "b to send part one's actions", || {
@@ -448,7 +435,7 @@ fn partitions_taken_away_and_given_back_after_new_records_arrived_fire_the_actio
     // B once A's session expires; part two is appended in between, so B's client last saw
     // these partitions end where part one ends. Both run standby tasks: B's standby copy takes
     // the partitions in between and hands them back (CI caught a gap on this path).
-    let mut a = member("a", &[("TIDEMARK_FAILPOINTS", "assign.received=1")]);
+    let mut a = standby_member(&s, &group, "a", free_port(), &[("TIDEMARK_FAILPOINTS", "assign.received=1")]);
     wait_for(Duration::from_secs(60), "a to die at its first assignment", || a.0.try_wait().ok().flatten());
     generate(&s.orders, &gen_actions_later());
 
@@ -495,17 +482,18 @@ fn sent_as_one_process_would(
     got
 }
 
-/// A member of a two-process group with standby tasks, metrics on `port`.
-fn standby_member(s: &Scenario, group: &str, n: &str, port: u16) -> Running {
+/// A member of a two-process group with standby tasks, metrics on `port`, these extra
+/// environment variables set.
+fn standby_member(s: &Scenario, group: &str, n: &str, port: u16, env: &[(&str, &str)]) -> Running {
     let state = s._state.path().join(n);
     let (stderr, log) = log_beside(&state);
-    let child = member_command(&s.topo, &state, group, &format!("{group}-{n}"))
-        .args(["--standbys", "all", "--session-timeout", "6s", "--http-addr", &format!("127.0.0.1:{port}")])
+    let mut c = member_command(&s.topo, &state, group, &format!("{group}-{n}"));
+    c.args(["--standbys", "all", "--session-timeout", "6s", "--http-addr", &format!("127.0.0.1:{port}")])
         .args(["--admin-addr", "off"])
         .env("TIDEMARK_LOG", "info")
-        .stderr(stderr)
-        .spawn();
-    Running(child.expect("spawn"), Some(log))
+        .envs(env.iter().copied())
+        .stderr(stderr);
+    Running(c.spawn().expect("spawn"), Some(log))
 }
 
 /// One value of a metric without labels on the process serving `port`, if it answers.
@@ -527,8 +515,8 @@ fn a_member_gone_for_good_hands_its_partitions_to_the_standby_tasks_of_the_other
 
     // Part one, processed by two members, each standing by for the other's partitions.
     generate(&s.orders, GEN_ACTIONS);
-    let mut a = standby_member(&s, &group, "a", port_a);
-    let b = standby_member(&s, &group, "b", port_b);
+    let mut a = standby_member(&s, &group, "a", port_a, &[]);
+    let b = standby_member(&s, &group, "b", port_b, &[]);
     let reference = sibling(&s, &all_act, reference_server.url("/a").as_str(), |t| t);
     let part_one = by_key(&run_through(&reference, &reference_server));
     assert!(part_one.len() >= 3, "part one must fire several actions, got {}", part_one.len());
