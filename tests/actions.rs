@@ -252,6 +252,16 @@ fn run_through(s: &Scenario, server: &TestServer) -> Vec<Recorded> {
     server.requests()
 }
 
+/// A scenario whose three rules all act, POSTing to `server`; a second endpoint for a
+/// reference run; and the rules, for siblings.
+fn acting(rt: &tokio::runtime::Runtime) -> (TestServer, TestServer, String, Scenario) {
+    let server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let reference_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let all_act = firing_rules("act", "act", "act");
+    let s = scenario(&all_act, server.url("/a").as_str(), server.url("/n").as_str());
+    (server, reference_server, all_act, s)
+}
+
 /// A second run over the same input topics, with its own outputs and endpoint.
 fn sibling(first: &Scenario, rules: &str, action_url: &str, edit: impl Fn(String) -> String) -> Scenario {
     over(&first.orders, rules, action_url, action_url, edit)
@@ -347,10 +357,7 @@ fn gen_actions_later() -> Vec<&'static str> {
 fn a_volume_lost_and_restored_from_an_older_snapshot_replays_only_the_log_after_it_and_sends_no_completed_action_again()
 {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let reference_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let all_act = firing_rules("act", "act", "act");
-    let s = scenario(&all_act, server.url("/a").as_str(), server.url("/n").as_str());
+    let (server, reference_server, all_act, s) = acting(&rt);
     let (snapshots, older) = (tempfile::tempdir().expect("tmp"), tempfile::tempdir().expect("tmp"));
     let group = unique("g");
     let run = |state: &std::path::Path, dir: &std::path::Path| {
@@ -414,10 +421,7 @@ fn a_volume_lost_and_restored_from_an_older_snapshot_replays_only_the_log_after_
 #[test]
 fn partitions_taken_away_and_given_back_after_new_records_arrived_fire_the_actions_of_a_run_that_never_moved_them() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let reference_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let all_act = firing_rules("act", "act", "act");
-    let s = scenario(&all_act, server.url("/a").as_str(), server.url("/n").as_str());
+    let (server, reference_server, all_act, s) = acting(&rt);
     let group = unique("g");
     let port_b = free_port();
 
@@ -506,10 +510,7 @@ fn gauge_at(port: u16, name: &str) -> Option<f64> {
 fn a_member_gone_for_good_hands_its_partitions_to_the_standby_tasks_of_the_other_and_no_completed_action_is_sent_again()
 {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let reference_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
-    let all_act = firing_rules("act", "act", "act");
-    let s = scenario(&all_act, server.url("/a").as_str(), server.url("/n").as_str());
+    let (server, reference_server, all_act, s) = acting(&rt);
     let group = unique("g");
     let (port_a, port_b) = (free_port(), free_port());
 

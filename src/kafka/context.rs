@@ -55,11 +55,13 @@ impl TaskContext {
     pub fn ids(&self, tpl: &TopicPartitionList) -> Vec<PartitionId> {
         tpl.elements()
             .iter()
-            .filter_map(|e| {
-                let source = self.sources.iter().position(|s| s == e.topic())?;
-                Some(PartitionId { source: u16::try_from(source).ok()?, partition: e.partition() })
-            })
+            .filter_map(|e| Some(PartitionId { source: self.source_of(e.topic())?, partition: e.partition() }))
             .collect()
+    }
+
+    /// The `PartitionId::source` of an input topic, if it is one.
+    pub fn source_of(&self, topic: &str) -> Option<u16> {
+        self.sources.iter().position(|s| s == topic).and_then(|i| u16::try_from(i).ok())
     }
 
     pub fn push(&self, event: AssignmentEvent) {

@@ -218,8 +218,7 @@ impl Runner {
     }
 
     fn source_of(&self, topic: &str) -> Option<u16> {
-        let sources = &self.consumer.context().sources;
-        sources.iter().position(|s| s == topic).and_then(|i| u16::try_from(i).ok())
+        self.consumer.context().source_of(topic)
     }
 
     fn topic_of(&self, id: PartitionId) -> &str {
@@ -259,7 +258,11 @@ impl Runner {
                     let Some(source) = self.source_of(msg.topic()) else { continue };
                     let id = PartitionId { source, partition: msg.partition() };
                     if msg.offset() >= self.limits.get(&id).copied().unwrap_or(0) {
-                        self.hold(id, msg.offset());
+                        // Records already fetched past the limit still arrive after the
+                        // pause; the first one rewound the partition, the rest are dropped.
+                        if !self.held.contains(&id) {
+                            self.hold(id, msg.offset());
+                        }
                         continue;
                     }
                     let Some(task) = self.tasks.get_mut(&id) else { continue };
@@ -466,7 +469,7 @@ impl Runner {
 
     /// Moves tasks past transaction markers and aborted records (as the stream thread does).
     fn skip_control_records(&mut self) {
-        crate::stream::tasks::skip_control_records(&self.consumer, &self.consumer.context().sources, &mut self.tasks);
+        crate::stream::tasks::skip_control_records(&self.consumer, &mut self.tasks);
     }
 
     /// One `WriteBatch` of every standby task's state, outbox rows and checkpoint (a

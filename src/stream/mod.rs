@@ -590,7 +590,7 @@ impl Runner {
     /// last record is a transaction marker never counts as caught up, and its idle promise
     /// never releases the SKU merge.
     fn skip_control_records(&mut self, consumer: &Consumer_) {
-        tasks::skip_control_records(consumer, &consumer.context().sources, &mut self.tasks);
+        tasks::skip_control_records(consumer, &mut self.tasks);
     }
 
     /// Progress promises of the upstream tasks, to every SKU partition. A task with new

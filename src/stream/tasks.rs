@@ -23,20 +23,17 @@ pub fn source_topics(t: &Topology) -> Vec<String> {
 
 /// Moves each task past offsets the consumer stepped over without handing a record to the
 /// application (transaction markers, aborted records): everything below the consumer's
-/// position was returned by `poll` and ingested. `sources` are the input topics in
-/// `PartitionId::source` order. Shared by the stream thread and the standby thread.
-pub fn skip_control_records<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &rdkafka::consumer::BaseConsumer<C>,
-    sources: &[String],
+/// position was returned by `poll` and ingested. Shared by the stream thread and the standby
+/// thread.
+pub fn skip_control_records(
+    consumer: &rdkafka::consumer::BaseConsumer<crate::kafka::context::TaskContext>,
     tasks: &mut std::collections::BTreeMap<PartitionId, Task>,
 ) {
     use rdkafka::consumer::Consumer as _;
     let Ok(positions) = consumer.position() else { return };
     for e in positions.elements() {
         let rdkafka::Offset::Offset(position) = e.offset() else { continue };
-        let Some(source) = sources.iter().position(|s| s == e.topic()).and_then(|i| u16::try_from(i).ok()) else {
-            continue;
-        };
+        let Some(source) = consumer.context().source_of(e.topic()) else { continue };
         if let Some(task) = tasks.get_mut(&PartitionId { source, partition: e.partition() }) {
             task.skip_to(position);
         }
