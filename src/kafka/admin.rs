@@ -113,7 +113,44 @@ async fn create(
             Err((name, code)) => anyhow::bail!("creating topic {name}: {code}"),
         }
     }
+    await_listed(settings, &created).await?;
     Ok(created)
+}
+
+/// How long a created topic may take to appear in the metadata a broker serves.
+const LISTED_WITHIN: Duration = Duration::from_secs(30);
+
+/// Waits until the broker lists every topic in `names`. A CreateTopics answer comes from the
+/// controller; the broker a client asks for metadata learns of the topic a moment later, and
+/// a check in that moment would call a topic just created missing (seen in CI on KRaft).
+async fn await_listed(settings: &KafkaSettings, names: &[String]) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let mut missing: Vec<String> = names.to_vec();
+    while !missing.is_empty() {
+        let (s, ask) = (settings.clone(), missing.clone());
+        missing = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+            let mut still = Vec::new();
+            for name in ask {
+                if !topic_exists(&s, &name)? {
+                    still.push(name);
+                }
+            }
+            Ok(still)
+        })
+        .await??;
+        if missing.is_empty() {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < LISTED_WITHIN,
+            "created {} but the broker did not list {} within {} s",
+            missing.join(", "),
+            if missing.len() == 1 { "it" } else { "them" },
+            LISTED_WITHIN.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
 }
 
 /// SPEC §1.4: logical time is the broker's append time, so the input topics must stamp
