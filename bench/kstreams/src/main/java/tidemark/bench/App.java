@@ -3,6 +3,7 @@ package tidemark.bench;
 import org.HdrHistogram.Histogram;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.TopicDescription;
@@ -11,6 +12,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeaders;
@@ -26,11 +28,14 @@ import org.apache.kafka.streams.Topology;
 import java.io.FileWriter;
 import java.io.IOException;
 import java.io.PrintWriter;
+import java.lang.management.ManagementFactory;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -54,7 +59,19 @@ import java.util.stream.Collectors;
  *   --action-url http://127.0.0.1:18080/actions   (unset: actions are produced but not POSTed)
  *   --min-units 50 --factor 3.0 --baseline-windows 15 --window-ms 60000 --grace-ms 120000
  *   --retention-ms 25200000 --dedup-retention-ms 604800000
- *   --exit-at-end   (exit once the orders and repartition topics are fully committed)
+ *   --dedup-expiry-every-ms 3600000  (stream time between scans deleting expired dedup entries)
+ *   --exit-at-end   exit once the orders and repartition topics are fully committed and the
+ *                   dispatcher POSTed every action up to the actions topic's committed end;
+ *                   prints one stdout line {"drained_ms": measured start → the later of those
+ *                   two moments, "offsets_drained_ms", "last_post_ms", "cpu_ms": process CPU
+ *                   (all threads) over the same span, "peak_rss_kb": VmHWM since the measured
+ *                   start (reset through /proc/self/clear_refs; "peak_rss_reset"), "warmup_ms", ...}
+ *   --drain-poll-ms 100  how often --exit-at-end reads the committed and end offsets
+ *   --warmup-orders TOPIC  JIT warm-up, discarded: before the measured instance, the same JVM
+ *                   drains TOPIC under application id APP-ID-warmup and prefix PREFIX-warmup
+ *                   (own topics, state, groups), closes that instance, runs a GC, and only then
+ *                   starts the measured instance and its clock, CPU and peak-RSS counters
+ *   --warmup-action-url URL  where the warm-up's actions are POSTed (unset: produced, not POSTed)
  *   --latency-out FILE  (JSON lines: per-second append-&gt;2xx percentiles of actions)
  *   --instance-id ID    static group membership, as tidemark's `--instance-id` (StatefulSet pod
  *                       name): the stream threads' consumers get group.instance.id ID-&lt;thread&gt;
@@ -89,20 +106,110 @@ public final class App {
             if (i + 1 < argv.length && !argv[i + 1].startsWith("--")) ARGS.put(k, argv[++i]);
             else ARGS.put(k, "true");
         }
-        long t0 = System.currentTimeMillis();
+        long jvmT0 = System.currentTimeMillis();
         String bootstrap = arg("bootstrap", "127.0.0.1:9092");
         String appId = arg("app-id", "ks-bench");
         String prefix = arg("prefix", appId);
         String orders = arg("orders", "orders");
-        int partitions = Integer.parseInt(arg("partitions", "4"));
-        String guarantee = arg("guarantee", "at_least_once");
+        String instanceId = ARGS.get("instance-id");
+        String sessionMs = ARGS.get("session-timeout-ms");
+        long pollMs = Long.parseLong(arg("drain-poll-ms", "100"));
 
+        // JIT warm-up, discarded: the same JVM drains a warm-up log under its own application
+        // id and topics (state, groups and outputs apart from the measured instance's), closes
+        // that instance, and only then starts the measured one and its clock.
+        String warmOrders = ARGS.get("warmup-orders");
+        long warmupMs = -1, warmupCpuMs = -1;
+        if (warmOrders != null) {
+            long w0 = System.currentTimeMillis(), wc0 = processCpuNs();
+            Instance w = Instance.start(bootstrap, appId + "-warmup", prefix + "-warmup", warmOrders,
+                ARGS.get("warmup-action-url"), null, null, sessionMs, true);
+            w.drain(pollMs, Duration.ofSeconds(120));
+            w.close();
+            System.gc();
+            warmupMs = System.currentTimeMillis() - w0;
+            warmupCpuMs = (processCpuNs() - wc0) / 1_000_000;
+            System.err.println("[ks] t=" + System.currentTimeMillis() + " warm-up drained and closed in " + warmupMs
+                + " ms, " + warmupCpuMs + " CPU ms");
+        }
+
+        // The measured instance: peak RSS counted from here, process CPU and wall clock too.
+        boolean rssReset = resetPeakRss();
+        long cpu0 = processCpuNs();
+        long t0 = System.currentTimeMillis();
+        Instance m = Instance.start(bootstrap, appId, prefix, orders, ARGS.get("action-url"), arg("latency-out", null),
+            instanceId, sessionMs, false);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> m.streams.close(Duration.ofSeconds(30))));
+        System.err.println("[ks] started in " + (System.currentTimeMillis() - jvmT0) + " ms");
+
+        if (ARGS.containsKey("task-log")) {
+            Thread th = new Thread(() -> taskLogger(m.streams), "task-logger");
+            th.setDaemon(true);
+            th.start();
+        }
+
+        String lagOut = ARGS.get("lag-out");
+        if (lagOut != null) {
+            Thread th = new Thread(() -> lagReporter(bootstrap, appId, orders, m.cfg.repartition, lagOut), "lag-reporter");
+            th.setDaemon(true);
+            th.start();
+        }
+
+        if (ARGS.containsKey("exit-at-end")) {
+            Instance.Drained d = m.drain(pollMs, Duration.ofSeconds(120));
+            long cpuMs = (processCpuNs() - cpu0) / 1_000_000;
+            long hwmKb = statusKb("VmHWM");
+            // drained_ms: measured start → orders and sku-repartition committed at their ends and
+            // every action up to the actions topic's end POSTed (the later of the two moments).
+            System.out.println("{\"drained_ms\":" + (d.at - t0) + ",\"offsets_drained_ms\":" + (d.offsetsAt - t0)
+                + ",\"last_post_ms\":" + (d.lastPostAt > 0 ? d.lastPostAt - t0 : -1) + ",\"actions_caught_up\":" + d.actionsCaughtUp
+                + ",\"actions_delivered\":" + d.delivered + ",\"cpu_ms\":" + cpuMs + ",\"peak_rss_kb\":" + hwmKb
+                + ",\"peak_rss_reset\":" + rssReset + ",\"warmup_ms\":" + warmupMs + ",\"warmup_cpu_ms\":" + warmupCpuMs
+                + ",\"jvm_to_start_ms\":" + (t0 - jvmT0) + "}");
+            System.out.flush();
+            m.close();
+            System.exit(0);
+        }
+        m.done.await();
+        System.exit(1);
+    }
+
+    /** CPU time of the whole JVM process (every thread: stream threads, GC, JIT, clients), ns. */
+    static long processCpuNs() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime();
+    }
+
+    /** Resets the kernel's peak RSS (VmHWM) of this process (`echo 5 > /proc/self/clear_refs`). */
+    static boolean resetPeakRss() {
+        try {
+            Files.writeString(Path.of("/proc/self/clear_refs"), "5");
+            return true;
+        } catch (IOException | RuntimeException e) {
+            System.err.println("[ks] cannot reset the peak RSS (" + e + "): peak_rss_kb includes the warm-up");
+            return false;
+        }
+    }
+
+    /** A `/proc/self/status` field in kB (VmHWM, VmRSS), -1 when unreadable. */
+    static long statusKb(String field) {
+        try {
+            for (String l : Files.readAllLines(Path.of("/proc/self/status"))) {
+                if (l.startsWith(field + ":")) return Long.parseLong(l.substring(field.length() + 1).trim().split("\\s+")[0]);
+            }
+        } catch (IOException | RuntimeException e) {
+            // not Linux
+        }
+        return -1;
+    }
+
+    static Topo.Cfg cfg(String prefix, String orders) {
         Topo.Cfg cfg = new Topo.Cfg();
         cfg.windowMs = Long.parseLong(arg("window-ms", "60000"));
         cfg.graceMs = Long.parseLong(arg("grace-ms", "120000"));
         cfg.retentionMs = Long.parseLong(arg("retention-ms", String.valueOf(7 * 3_600_000L)));
         cfg.lateMs = Long.parseLong(arg("allowed-lateness-ms", "0"));
         cfg.dedupRetentionMs = Long.parseLong(arg("dedup-retention-ms", String.valueOf(7 * 86_400_000L)));
+        cfg.dedupExpiryEveryMs = Long.parseLong(arg("dedup-expiry-every-ms", String.valueOf(3_600_000L)));
         cfg.minUnits = Long.parseLong(arg("min-units", "50"));
         cfg.factor = arg("factor", "3.0");
         cfg.baselineWindows = Integer.parseInt(arg("baseline-windows", "15"));
@@ -114,109 +221,136 @@ public final class App {
         cfg.deadLetter = prefix + ".dead-letter";
         cfg.late = prefix + ".late";
         cfg.actions = prefix + ".actions";
+        return cfg;
+    }
 
-        try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
-            Set<String> have = admin.listTopics().names().get();
-            List<NewTopic> create = new ArrayList<>();
-            for (String t : List.of(cfg.repartition, cfg.dashboard, cfg.deadLetter, cfg.late, cfg.actions)) {
-                if (have.contains(t)) continue;
-                NewTopic nt = new NewTopic(t, partitions, (short) 1);
-                if (t.equals(cfg.dashboard)) nt.configs(Map.of("cleanup.policy", "compact"));
-                create.add(nt);
-            }
-            if (!create.isEmpty()) {
-                try {
-                    admin.createTopics(create).all().get();
-                } catch (java.util.concurrent.ExecutionException e) {
-                    // another instance of the application created them at the same time
-                    if (!(e.getCause() instanceof org.apache.kafka.common.errors.TopicExistsException)) throw e;
+    /** One KafkaStreams instance of the topology, with its action dispatcher (if given a URL). */
+    static final class Instance {
+        final String bootstrap, appId;
+        final Topo.Cfg cfg;
+        final KafkaStreams streams;
+        final Dispatcher dispatcher;
+        final CountDownLatch done = new CountDownLatch(1);
+
+        record Drained(long at, long offsetsAt, long lastPostAt, boolean actionsCaughtUp, long delivered) {}
+
+        private Instance(String bootstrap, String appId, Topo.Cfg cfg, Properties p, Dispatcher dispatcher, String tag) {
+            this.bootstrap = bootstrap;
+            this.appId = appId;
+            this.cfg = cfg;
+            this.dispatcher = dispatcher;
+            streams = new KafkaStreams(Topo.build(cfg), p);
+            streams.setUncaughtExceptionHandler(e -> {
+                e.printStackTrace();
+                done.countDown();
+                return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+            });
+            streams.setStateListener((now, old) ->
+                System.err.println("[ks] t=" + System.currentTimeMillis() + tag + " state " + old + " -> " + now));
+            streams.setGlobalStateRestoreListener(new org.apache.kafka.streams.processor.StateRestoreListener() {
+                public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
+                    System.err.println("[ks] t=" + System.currentTimeMillis() + tag + " restore-start " + store + " " + tp + " " + (end - start));
+                }
+                public void onBatchRestored(TopicPartition tp, String store, long batchEnd, long n) {}
+                public void onRestoreEnd(TopicPartition tp, String store, long total) {
+                    System.err.println("[ks] t=" + System.currentTimeMillis() + tag + " restore-end " + store + " " + tp + " " + total);
+                }
+            });
+        }
+
+        /** Creates the instance's topics, starts it and its dispatcher. */
+        static Instance start(String bootstrap, String appId, String prefix, String orders, String actionUrl,
+                              String latencyOut, String instanceId, String sessionMs, boolean warmup) throws Exception {
+            Topo.Cfg cfg = App.cfg(prefix, orders);
+            int partitions = Integer.parseInt(arg("partitions", "4"));
+            try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+                Set<String> have = admin.listTopics().names().get();
+                List<NewTopic> create = new ArrayList<>();
+                for (String t : List.of(cfg.repartition, cfg.dashboard, cfg.deadLetter, cfg.late, cfg.actions)) {
+                    if (have.contains(t)) continue;
+                    NewTopic nt = new NewTopic(t, partitions, (short) 1);
+                    if (t.equals(cfg.dashboard)) nt.configs(Map.of("cleanup.policy", "compact"));
+                    create.add(nt);
+                }
+                if (!create.isEmpty()) {
+                    try {
+                        admin.createTopics(create).all().get();
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        // another instance of the application created them at the same time
+                        if (!(e.getCause() instanceof org.apache.kafka.common.errors.TopicExistsException)) throw e;
+                    }
                 }
             }
-        }
 
-        Properties p = new Properties();
-        p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
-        p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
-        p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, arg("commit-ms", "200"));
-        p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, arg("threads", "2"));
-        p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, Long.parseLong(arg("cache-mb", "64")) * 1024 * 1024);
-        p.put(StreamsConfig.STATE_DIR_CONFIG, arg("state-dir", "/tmp/ks-state"));
-        p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
-        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
-        String instanceId = ARGS.get("instance-id");
-        if (instanceId != null) {
-            // Static membership; Kafka Streams suffixes it with "-<thread index>" per stream thread.
-            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG), instanceId);
-        }
-        p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, Integer.parseInt(arg("standby", "0")));
-        String sessionMs = ARGS.get("session-timeout-ms");
-        if (sessionMs != null) {
-            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), sessionMs);
-            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), String.valueOf(Long.parseLong(sessionMs) / 3));
-        }
-        // Same producer durability as tidemark (acks=all, idempotent), which are the KS defaults too.
-        p.put(StreamsConfig.producerPrefix("acks"), "all");
-        p.put(StreamsConfig.producerPrefix("compression.type"), arg("compression", "lz4"));
-
-        Topology topology = Topo.build(cfg);
-        KafkaStreams streams = new KafkaStreams(topology, p);
-        CountDownLatch done = new CountDownLatch(1);
-        streams.setUncaughtExceptionHandler(e -> {
-            e.printStackTrace();
-            done.countDown();
-            return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
-        });
-        streams.setStateListener((now, old) ->
-            System.err.println("[ks] t=" + System.currentTimeMillis() + " state " + old + " -> " + now));
-        streams.setGlobalStateRestoreListener(new org.apache.kafka.streams.processor.StateRestoreListener() {
-            public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
-                System.err.println("[ks] t=" + System.currentTimeMillis() + " restore-start " + store + " " + tp + " " + (end - start));
+            Properties p = new Properties();
+            p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
+            p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, arg("guarantee", "at_least_once"));
+            p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, arg("commit-ms", "200"));
+            p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, arg("threads", "2"));
+            p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, Long.parseLong(arg("cache-mb", "64")) * 1024 * 1024);
+            p.put(StreamsConfig.STATE_DIR_CONFIG, arg("state-dir", "/tmp/ks-state"));
+            p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+            if (instanceId != null) {
+                // Static membership; Kafka Streams suffixes it with "-<thread index>" per stream thread.
+                p.put(StreamsConfig.consumerPrefix(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG), instanceId);
             }
-            public void onBatchRestored(TopicPartition tp, String store, long batchEnd, long n) {}
-            public void onRestoreEnd(TopicPartition tp, String store, long total) {
-                System.err.println("[ks] t=" + System.currentTimeMillis() + " restore-end " + store + " " + tp + " " + total);
+            p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, Integer.parseInt(arg("standby", "0")));
+            if (sessionMs != null) {
+                p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), sessionMs);
+                p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), String.valueOf(Long.parseLong(sessionMs) / 3));
             }
-        });
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            streams.close(Duration.ofSeconds(30));
-        }));
-        streams.start();
-        System.err.println("[ks] started in " + (System.currentTimeMillis() - t0) + " ms");
+            // Same producer durability as tidemark (acks=all, idempotent), which are the KS defaults too.
+            p.put(StreamsConfig.producerPrefix("acks"), "all");
+            p.put(StreamsConfig.producerPrefix("compression.type"), arg("compression", "lz4"));
 
-        Dispatcher dispatcher = null;
-        String url = ARGS.get("action-url");
-        if (url != null) {
-            dispatcher = new Dispatcher(bootstrap, appId + "-dispatch", instanceId == null ? null : instanceId + "-dispatch",
-                cfg.actions, url, arg("latency-out", null), sessionMs);
-            Thread th = new Thread(dispatcher, "dispatcher");
-            th.setDaemon(true);
-            th.start();
+            Dispatcher dispatcher = actionUrl == null ? null
+                : new Dispatcher(bootstrap, appId + "-dispatch", instanceId == null ? null : instanceId + "-dispatch",
+                    cfg.actions, actionUrl, latencyOut, sessionMs);
+            if (dispatcher != null && warmup) dispatcher.report = System.err;
+            Instance in = new Instance(bootstrap, appId, cfg, p, dispatcher, warmup ? " warm-up" : "");
+            in.streams.start();
+            if (dispatcher != null) {
+                Thread th = new Thread(dispatcher, warmup ? "warmup-dispatcher" : "dispatcher");
+                th.setDaemon(true);
+                th.start();
+            }
+            return in;
         }
 
-        if (ARGS.containsKey("task-log")) {
-            Thread th = new Thread(() -> taskLogger(streams), "task-logger");
-            th.setDaemon(true);
-            th.start();
+        /**
+         * Waits until the group committed the orders and sku-repartition partitions at their
+         * ends, then until the dispatcher consumed the actions topic up to its committed end
+         * (read_committed) with every POST answered. `at` is the later of the offsets moment and
+         * the last POST's answer.
+         */
+        Drained drain(long pollMs, Duration actionsTimeout) throws Exception {
+            long offsetsAt = waitDrained(bootstrap, appId, List.of(cfg.ordersTopic, cfg.repartition), pollMs, this);
+            if (dispatcher == null) return new Drained(offsetsAt, offsetsAt, -1, false, 0);
+            Map<TopicPartition, Long> ends = new HashMap<>();
+            try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+                List<TopicPartition> tps = new ArrayList<>();
+                admin.describeTopics(List.of(cfg.actions)).allTopicNames().get().values()
+                    .forEach(d -> d.partitions().forEach(pi -> tps.add(new TopicPartition(d.name(), pi.partition()))));
+                var res = admin.listOffsets(tps.stream().collect(Collectors.toMap(tp -> tp, tp -> OffsetSpec.latest())),
+                    new ListOffsetsOptions(IsolationLevel.READ_COMMITTED)).all().get();
+                res.forEach((tp, r) -> ends.put(tp, r.offset()));
+            }
+            dispatcher.target = ends;
+            boolean caughtUp = dispatcher.caughtUp.await(actionsTimeout.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS);
+            if (!caughtUp) {
+                System.err.println("[ks] dispatcher did not reach the actions' end " + ends + " in " + actionsTimeout + "; waiting for 2 s without records");
+                dispatcher.waitIdle(Duration.ofSeconds(30));
+            }
+            long lastPost = dispatcher.lastPostDoneMs;
+            return new Drained(Math.max(offsetsAt, lastPost), offsetsAt, lastPost, caughtUp, dispatcher.deliveredCount());
         }
 
-        String lagOut = ARGS.get("lag-out");
-        if (lagOut != null) {
-            Thread th = new Thread(() -> lagReporter(bootstrap, appId, orders, cfg.repartition, lagOut), "lag-reporter");
-            th.setDaemon(true);
-            th.start();
-        }
-
-        if (ARGS.containsKey("exit-at-end")) {
-            long drainedAt = waitDrained(bootstrap, appId, List.of(orders, cfg.repartition), t0);
-            System.out.println("{\"drained_ms\":" + (drainedAt - t0) + "}");
-            if (dispatcher != null) dispatcher.waitIdle(Duration.ofSeconds(30));
+        void close() {
             streams.close(Duration.ofSeconds(60));
             if (dispatcher != null) dispatcher.stop();
-            System.exit(0);
         }
-        done.await();
-        System.exit(1);
     }
 
     /**
@@ -280,15 +414,21 @@ public final class App {
         }
     }
 
-    /** Polls the group's committed offsets until every partition of `topics` is at its end. */
-    static long waitDrained(String bootstrap, String group, List<String> topics, long t0) throws Exception {
+    /**
+     * Polls the group's committed offsets every `pollMs` until every partition of `topics` is
+     * at its end; returns that moment. Throws if the instance stopped.
+     */
+    static long waitDrained(String bootstrap, String group, List<String> topics, long pollMs, Instance in) throws Exception {
+        long t0 = System.currentTimeMillis();
         try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
             Map<String, TopicDescription> desc = admin.describeTopics(topics).allTopicNames().get();
             List<TopicPartition> tps = new ArrayList<>();
             desc.values().forEach(d -> d.partitions().forEach(pi -> tps.add(new TopicPartition(d.name(), pi.partition()))));
             Map<TopicPartition, OffsetSpec> latest = tps.stream().collect(Collectors.toMap(tp -> tp, tp -> OffsetSpec.latest()));
             while (true) {
-                Thread.sleep(250);
+                Thread.sleep(pollMs);
+                if (in.done.getCount() == 0 || !in.streams.state().isRunningOrRebalancing())
+                    throw new IllegalStateException("Kafka Streams instance " + group + " stopped: " + in.streams.state());
                 Map<TopicPartition, OffsetAndMetadata> committed =
                     admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
                 var ends = admin.listOffsets(latest).all().get();
@@ -324,6 +464,14 @@ public final class App {
         final PrintWriter latencyOut;
         volatile long lastActivity = System.currentTimeMillis();
         long delivered;
+        /** When the last POST got its final answer (epoch ms; 0: none yet). */
+        volatile long lastPostDoneMs;
+        /** Set by the main thread once the input is drained: the actions' committed end offsets. */
+        volatile Map<TopicPartition, Long> target;
+        /** Counted down when the consumer's positions reach `target` with every POST answered. */
+        final CountDownLatch caughtUp = new CountDownLatch(1);
+        /** Where stop() prints the delivery summary (the warm-up's goes to stderr). */
+        java.io.PrintStream report = System.out;
 
         Dispatcher(String bootstrap, String group, String instanceId, String topic, String url, String latencyOut,
                    String sessionMs) throws IOException {
@@ -359,7 +507,8 @@ public final class App {
                         inFlight.acquireUninterruptibly();
                         fs.add(post(r.key(), r.value(), 0).whenComplete((v, e) -> {
                             inFlight.release();
-                            long lat = Math.max(0, System.currentTimeMillis() - appendMs);
+                            lastPostDoneMs = System.currentTimeMillis();
+                            long lat = Math.max(0, lastPostDoneMs - appendMs);
                             synchronized (hist) {
                                 hist.recordValue(Math.min(lat, 3_600_000_000L));
                                 interval.recordValue(Math.min(lat, 3_600_000_000L));
@@ -371,6 +520,7 @@ public final class App {
                         CompletableFuture.allOf(fs.toArray(new CompletableFuture[0])).join();
                         consumer.commitSync();
                     }
+                    checkCaughtUp();
                     long now = System.currentTimeMillis();
                     if (latencyOut != null && now >= nextReport) {
                         synchronized (hist) {
@@ -387,6 +537,25 @@ public final class App {
             } finally {
                 consumer.close();
             }
+        }
+
+        /** Every POST of the records polled so far is answered here; are the positions at `target`? */
+        void checkCaughtUp() {
+            Map<TopicPartition, Long> t = target;
+            if (t == null || caughtUp.getCount() == 0) return;
+            try {
+                if (!consumer.assignment().containsAll(t.keySet())) return;
+                for (Map.Entry<TopicPartition, Long> e : t.entrySet()) {
+                    if (consumer.position(e.getKey(), Duration.ofSeconds(1)) < e.getValue()) return;
+                }
+                caughtUp.countDown();
+            } catch (org.apache.kafka.common.errors.TimeoutException e) {
+                // position unknown yet: next loop
+            }
+        }
+
+        long deliveredCount() {
+            synchronized (hist) { return delivered; }
         }
 
         CompletableFuture<Void> post(String key, String body, int attempt) {
@@ -413,7 +582,7 @@ public final class App {
             running.set(false);
             consumer.wakeup();
             synchronized (hist) {
-                System.out.printf("{\"actions_delivered\":%d,\"p50_ms\":%d,\"p99_ms\":%d,\"max_ms\":%d}%n", delivered,
+                report.printf("{\"actions_delivered\":%d,\"p50_ms\":%d,\"p99_ms\":%d,\"max_ms\":%d}%n", delivered,
                     hist.getValueAtPercentile(50), hist.getValueAtPercentile(99), hist.getMaxValue());
             }
         }

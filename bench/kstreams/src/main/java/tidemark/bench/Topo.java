@@ -12,8 +12,6 @@ import org.apache.kafka.streams.processor.api.RecordMetadata;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.Stores;
-import org.apache.kafka.streams.state.WindowStore;
-import org.apache.kafka.streams.state.WindowStoreIterator;
 
 import java.math.BigDecimal;
 import java.math.RoundingMode;
@@ -35,7 +33,8 @@ import java.util.TreeSet;
  *
  * <pre>
  * orders ──▶ normalize-dedup ──▶ dead-letter (original bytes + tidemark.* headers)
- *               │ dedup: window store event_id → first append time (retention 7 d)
+ *               │ dedup: KV store event_id → first append time; seen within 7 d of append time = duplicate;
+ *               │        entries older than that deleted by a stream-time punctuation (hourly)
  *               │ dashboard: KV store of 1-min partials per store/currency, emitted each commit interval
  *               ├──▶ late (beyond window retention)
  *               ├──▶ dashboard (compacted)
@@ -46,7 +45,7 @@ import java.util.TreeSet;
  */
 public final class Topo {
     public static final class Cfg {
-        long windowMs, graceMs, retentionMs, lateMs, dedupRetentionMs, minUnits;
+        long windowMs, graceMs, retentionMs, lateMs, dedupRetentionMs, dedupExpiryEveryMs, minUnits;
         String factor;
         int baselineWindows;
         String ruleId;
@@ -65,8 +64,9 @@ public final class Topo {
         Topology t = new Topology();
         t.addSource("orders", App.STR_DE, App.BYTES_DE, cfg.ordersTopic);
         t.addProcessor("normalize-dedup", () -> new NormalizeDedup(cfg), "orders");
-        t.addStateStore(Stores.windowStoreBuilder(
-            Stores.persistentWindowStore("dedup", Duration.ofMillis(cfg.dedupRetentionMs), Duration.ofMillis(1), false),
+        // Point lookups (get/put) in a KV store, cached and logged like the other stores. A KV
+        // store has no retention: expireDedup deletes entries past it by stream time.
+        t.addStateStore(Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore("dedup"),
             Serdes.String(), Serdes.Long()).withCachingEnabled(), "normalize-dedup");
         t.addStateStore(Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore("dashboard-partials"),
             Serdes.String(), Serdes.String()).withCachingEnabled(), "normalize-dedup");
@@ -88,11 +88,12 @@ public final class Topo {
         static final String WM_KEY = "~wm";
         final Cfg cfg;
         ProcessorContext<String, Object> ctx;
-        WindowStore<String, Long> dedup;
+        KeyValueStore<String, Long> dedup;
         KeyValueStore<String, String> partials;
         final LinkedHashSet<String> dirty = new LinkedHashSet<>();
         long maxEventMs = Long.MIN_VALUE;
         long expiredUpTo = Long.MIN_VALUE;
+        long dedupScannedAt = Long.MIN_VALUE;
 
         NormalizeDedup(Cfg cfg) { this.cfg = cfg; }
 
@@ -105,6 +106,46 @@ public final class Topo {
             if (wm != null) maxEventMs = Long.parseLong(wm);
             long every = Long.parseLong(App.arg("commit-ms", "200"));
             context.schedule(Duration.ofMillis(every), PunctuationType.WALL_CLOCK_TIME, ts -> emitDashboard());
+            context.schedule(Duration.ofMillis(cfg.dedupExpiryEveryMs), PunctuationType.STREAM_TIME, this::expireDedup);
+        }
+
+        /**
+         * Deletes dedup entries first seen more than the retention before stream time (the
+         * task's newest append time), at most once per `dedupExpiryEveryMs` of stream time
+         * counted from the task's first punctuation (which only notes the time: Kafka Streams
+         * fires a stream-time punctuation at the first record and then on multiples of the
+         * interval since the epoch, so without this a log could pay a scan just for crossing
+         * an hour boundary). The scan reads every entry, so in a log spanning less than the
+         * interval (every bench log) it never runs. Lookups check the age themselves, so
+         * when entries are deleted does not change which records are duplicates.
+         */
+        void expireDedup(long streamTime) {
+            if (dedupScannedAt == Long.MIN_VALUE) { dedupScannedAt = streamTime; return; }
+            if (streamTime - dedupScannedAt < cfg.dedupExpiryEveryMs) return;
+            dedupScannedAt = streamTime;
+            long cutoff = streamTime - cfg.dedupRetentionMs;
+            long t0 = System.currentTimeMillis(), scanned = 0, deleted = 0;
+            String from = null;
+            while (true) {
+                List<String> gone = new ArrayList<>();
+                String last = null;
+                boolean more = false;
+                try (KeyValueIterator<String, Long> it = dedup.range(from, null)) {
+                    while (it.hasNext()) {
+                        if (gone.size() >= 10_000) { more = true; break; }
+                        var kv = it.next();
+                        scanned++;
+                        last = kv.key;
+                        if (kv.value < cutoff) gone.add(kv.key);
+                    }
+                }
+                for (String k : gone) dedup.delete(k);
+                deleted += gone.size();
+                if (!more) break;
+                from = last;
+            }
+            System.err.println("[ks] t=" + System.currentTimeMillis() + " dedup expiry task " + ctx.taskId() + ": " + deleted
+                + " of " + scanned + " entries older than " + cutoff + " deleted in " + (System.currentTimeMillis() - t0) + " ms");
         }
 
         Long watermark() { return maxEventMs == Long.MIN_VALUE ? null : maxEventMs - cfg.lateMs; }
@@ -128,11 +169,11 @@ public final class Topo {
                 maxEventMs = e.eventTimeMs;
                 partials.put(WM_KEY, Long.toString(maxEventMs));
             }
-            // dedup: seen within retention of append time → no effect
-            try (WindowStoreIterator<Long> it = dedup.fetch(e.eventId, appendMs - cfg.dedupRetentionMs, appendMs)) {
-                if (it.hasNext()) return;
-            }
-            dedup.put(e.eventId, appendMs, appendMs);
+            // dedup: first seen within retention of append time → no effect; otherwise this
+            // append time becomes the id's first sighting (also when the old one expired)
+            Long first = dedup.get(e.eventId);
+            if (first != null && appendMs - first <= cfg.dedupRetentionMs) return;
+            dedup.put(e.eventId, appendMs);
             if (late) {
                 ctx.forward(sideOutput(rec, md, appendMs, "beyond_retention", "event time is past window retention"), "late");
                 return;
