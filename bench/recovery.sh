@@ -35,6 +35,11 @@
 # dispatcher (`--latency-out`, as in spike.sh) stays below 1 s (also recorded: committed lag
 # below RATE records). Every system gets DRAIN_S (10) s of measurement after its generator ends.
 #
+# RAW_OUT=PREFIX (bench/recovery_ab.sh sets it): each system's receiver log is also copied to
+# PREFIX-<system>.actions.jsonl, Kafka Streams' per-second latency log to
+# PREFIX-<system>.latency.jsonl, and PREFIX-<system>.marks.json holds the run's tag and the
+# epoch times of the live start, the kill and the restart.
+#
 # Output: bench/results/${NAME:-recovery}.json and .png (NAME env): tidemark's numbers at the
 # top level (as before), each Kafka Streams system under `systems`, the headline numbers side
 # by side under `comparison`; the plot adds the first Kafka Streams system's latency and every
@@ -104,6 +109,14 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# keep_raw SYSTEM ACTIONS T0 TK TR [LATENCY]: the RAW_OUT copies (see the header).
+keep_raw() {
+  [ -n "${RAW_OUT:-}" ] || return 0
+  cp "$2" "$RAW_OUT-$1.actions.jsonl"
+  if [ -n "${6:-}" ]; then cp "$6" "$RAW_OUT-$1.latency.jsonl"; fi
+  printf '{"system": "%s", "tag": "%s", "work": "%s", "t0": %s, "kill": %s, "restart": %s}\n' "$1" "$TAG" "$WORK" "$3" "$4" "$5" > "$RAW_OUT-$1.marks.json"
+}
+
 run_tidemark() {
   if [ -z "${RECOVERY_DYNAMIC:-}" ]; then export TM_EXTRA="--instance-id $TAG-0"; fi
   scenario_tidemark
@@ -129,6 +142,7 @@ run_tidemark() {
   stop_pidfile "$WORK/tm.pid"
   rm -rf "$WORK/state"
   KEYS_BEFORE=$(keys_before "$WORK/actions.jsonl" "$TK" "$TR")
+  keep_raw tidemark "$WORK/actions.jsonl" "$T0" "$TK" "$TR"
   META=$(python3 -c "import json,sys; print(json.dumps({'title': sys.argv[1], 'rate': int(sys.argv[2]), 'history_records': int(sys.argv[3]), 'history_dedup_entries_approx': int(float(sys.argv[4] or 0)), 'history_covers_s_at_rate': round(float(sys.argv[4] or 0) / int(sys.argv[2])), 'history_event_time_span_s': int(sys.argv[5]), 'history_processing_s': round(float(sys.argv[6]), 1), 'state_dir_mb_before_live': int(sys.argv[7]), 'pre_kill_s': int(sys.argv[8]), 'post_kill_s': int(sys.argv[9]), 'static_membership': sys.argv[10] != '', 'machine': json.loads(sys.argv[11]), **json.loads(sys.argv[12]), 'systems_run': sys.argv[13].split(), 'drain_s': int(sys.argv[14])}))" \
     "SIGKILL at ${RATE}/s, $HISTORY history records in state" "$RATE" "$HISTORY" "$HIST_RECORDS" "$HISTORY_SPAN" "$(rel "$TH1" "$TH0")" "$STATE_MB" "$PRE_KILL_S" "$POST_KILL_S" "${TM_EXTRA:-}" "$MACHINE" "$KEYS_BEFORE" "$SYSTEMS" "$DRAIN_S")
 }
@@ -170,6 +184,7 @@ run_ks() {
   rm -rf "$WORK/state-$id"
   local keys meta marks
   keys=$(keys_before "$WORK/$sys.actions.jsonl" "$tk" "$tr")
+  keep_raw "$sys" "$WORK/$sys.actions.jsonl" "$t0" "$tk" "$tr" "$WORK/$sys.latency.jsonl"
   marks="{\"kill\": $(rel "$tk" "$t0"), \"restart\": $(rel "$tr" "$t0")}"
   meta=$(python3 -c "import json,sys; print(json.dumps({'system': sys.argv[1], 'processing_guarantee': sys.argv[2], 'rate': int(sys.argv[3]), 'history_records': int(sys.argv[4]), 'history_orders_committed': int(sys.argv[5]), 'history_processing_s': round(float(sys.argv[6]), 1), 'state_dir_mb_before_live': int(sys.argv[7]), 'static_membership': sys.argv[8] != '', 'instance_id': sys.argv[8] or None, **json.loads(sys.argv[9])}))" \
     "$sys" "$g" "$RATE" "$HISTORY" "$hist" "$(rel "$th1" "$th0")" "$state_mb" "$([ -z "${RECOVERY_DYNAMIC:-}" ] && echo "$id-0")" "$keys")

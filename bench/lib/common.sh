@@ -46,7 +46,9 @@ ensure_tidemark() {
 }
 # Other processes on the host (1-minute load average): a benchmark is only clean when it is low.
 loadavg() { cut -d' ' -f1 /proc/loadavg; }
-ensure_kstreams() { KS_JAR="$("$BENCH/kstreams/build.sh")"; }
+# The Kafka Streams baseline jar: KSTREAMS_JAR if set (recovery_ab.sh passes a committed build
+# from lib/build_ks_rev.sh), else bench/kstreams/build.sh's build of the working tree.
+ensure_kstreams() { KS_JAR="${KSTREAMS_JAR:-$("$BENCH/kstreams/build.sh")}"; }
 
 # topology_file OUT RUN PARTITIONS MODE ACTION_URL MIN_UNITS FACTOR BASELINE [ORDERS_TOPIC]
 # The example topology with per-run topic names, only velocity_spike (the rule the Kafka
