@@ -324,7 +324,6 @@ impl SkuTask {
                     qty: *qty,
                     event_time_ms: *event_ms,
                     append_ms: *append_ms,
-                    source_id: format!("{}/{}/{}/{}", lt.source, lt.partition, lt.offset, idx),
                 }
             }
             Derived::Snapshot { lt, sku, on_hand, as_of_ms, append_ms } => {

@@ -86,20 +86,19 @@ fn bench_dashboard(c: &mut Criterion) {
 
 fn sku_inputs(events: &[(CanonicalEvent, i64)]) -> Vec<SkuInput> {
     let mut out = Vec::new();
-    for (i, (e, append)) in events.iter().enumerate() {
+    for (e, append) in events {
         let kind = match e.kind {
             EventKind::Placed => LineKind::Placed,
             EventKind::Cancelled => LineKind::Cancelled,
             _ => continue,
         };
-        for (j, l) in e.lines.iter().enumerate() {
+        for l in &e.lines {
             out.push(SkuInput::Line {
                 sku: l.sku.clone(),
                 kind,
                 qty: l.qty,
                 event_time_ms: e.event_time_ms,
                 append_ms: *append,
-                source_id: format!("0/{i}/{j}"),
             });
         }
     }

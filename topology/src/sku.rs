@@ -69,16 +69,7 @@ pub enum LineKind {
 pub enum SkuInput {
     /// One order line after dedup: placed lines take stock, cancelled ones return it
     /// (shipped and refunded events have no inventory effect and never arrive).
-    Line {
-        sku: String,
-        kind: LineKind,
-        qty: u32,
-        event_time_ms: i64,
-        append_ms: i64,
-        /// Stable id of the source line (e.g. `partition/offset/line`), for tracing; dedup
-        /// happened upstream, so the processor does not keep it.
-        source_id: String,
-    },
+    Line { sku: String, kind: LineKind, qty: u32, event_time_ms: i64, append_ms: i64 },
     /// A warehouse stock snapshot (SPEC §1.2).
     Snapshot { sku: String, on_hand: i64, as_of_ms: i64, append_ms: i64 },
 }

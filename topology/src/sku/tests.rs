@@ -35,7 +35,7 @@ fn velocity(min_units: u64, factor: i64, baseline_windows: u32) -> Rule {
 
 fn line(sku: &str, kind: LineKind, qty: u32, t: i64) -> SkuInput {
     // Appended a little after the event; the processor must not care by how much.
-    SkuInput::Line { sku: sku.into(), kind, qty, event_time_ms: t, append_ms: t + 250, source_id: format!("0/{t}/0") }
+    SkuInput::Line { sku: sku.into(), kind, qty, event_time_ms: t, append_ms: t + 250 }
 }
 
 fn placed(qty: u32, t: i64) -> SkuInput {
