@@ -3,6 +3,7 @@
 log, and Kafka Streams' per-second latency log) into per-scenario JSON summaries and plots.
 
     timeseries.py spike    RESULT.json PLOT.png --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON [--ks-latency KS.jsonl --ks-gen KSGEN.log --ks-t0 EPOCH --ks-marks JSON] [--meta JSON]
+                           (without --samples and --gen: Kafka Streams only, --t0/--marks its own)
     timeseries.py catchup  RESULT.json PLOT.png --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON [--meta JSON]
     timeseries.py recovery RESULT.json PLOT.png --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON --actions A.jsonl [--meta JSON] [--ks-result SYSTEM=KS.json ...]
     timeseries.py recovery-ks KS.json --latency KS.latency.jsonl --lag KS.lag.jsonl --log KS.log --actions A.jsonl --samples S.jsonl --gen GEN.log --t0 EPOCH --marks JSON [--meta JSON]
@@ -408,6 +409,9 @@ def main():
     res["resources"] = resources(samples, consumed)
     res["records_consumed"] = consumed
     if cmd == "spike":
+        if not samples:  # tidemark not run (spike.sh SYSTEMS=ks-eos): only the Kafka Streams part is real
+            for k in ("resources", "records_consumed"):
+                res.pop(k, None)
         s0, s1 = t0 + marks["spike_start"], t0 + marks["spike_end"]
         res["offered"] = {"pre": count_between(gen, t0, s0), "spike": count_between(gen, s0, s1),
                           "post": count_between(gen, s1, t0 + marks.get("gen_end", 1e12))}
