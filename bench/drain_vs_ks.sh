@@ -87,15 +87,9 @@ sync; sleep 5
 
 : > "$WORK/runs.jsonl"
 n=0
-quiet() {
-  local waited=0
-  while awk -v l="$(loadavg)" -v q="$QUIET_LOAD" 'BEGIN{exit !(l >= q)}' && [ "$waited" -lt "$QUIET_MAX_S" ]; do
-    sleep 10; waited=$((waited + 10))
-  done
-}
 run_one() { # SYSTEM PHASE
   local sys=$1 phase=$2 id port load recv rc=0
-  quiet
+  wait_quiet
   n=$((n + 1)); id="$TAG.r$n-$sys"
   port="$(free_port)"; load="$(loadavg)"
   blog "run $n: $sys, $phase, load $load"

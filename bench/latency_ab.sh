@@ -28,11 +28,9 @@ trap broker_down EXIT
 RUNS="$RAW/$NAME-runs.jsonl"; : > "$RUNS"
 n=0
 run_one() { # SIDE PHASE
-  local side=$1 phase=$2 cfg waited=0 line
+  local side=$1 phase=$2 cfg line
   cfg="$([ "$side" = A ] && echo "$A" || echo "$B")"
-  while awk -v l="$(loadavg)" -v q="$QUIET_LOAD" 'BEGIN{exit !(l >= q)}' && [ "$waited" -lt "$QUIET_MAX_S" ]; do
-    sleep 10; waited=$((waited + 10))
-  done
+  wait_quiet
   n=$((n + 1))
   local out; out="$(mktemp)"
   blog "run $n: side $side ($cfg), $phase, load $(loadavg)"

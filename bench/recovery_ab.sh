@@ -76,12 +76,7 @@ RAW="$RESULTS/raw"; mkdir -p "$RAW"
 
 ensure_tidemark
 TM_REV="${BIN_INFO#* * * }" # BIN_INFO: "<mtime: 3 fields> <revision>"
-if [ -z "${KSTREAMS_JAR:-}" ]; then
-  KSTREAMS_JAR="$("$BENCH/lib/build_ks_rev.sh" "${KS_REV:-HEAD}")"
-  KSTREAMS_REV="$(git -C "$ROOT" log -1 --format=%h "${KS_REV:-HEAD}" -- bench/kstreams)"
-fi
-KSTREAMS_REV="${KSTREAMS_REV:-unknown revision}"
-KS_SHA="$(sha256sum "$KSTREAMS_JAR" | cut -c1-16)"
+ensure_kstreams_committed
 TMP="$(mktemp -d "/tmp/bench-$NAME.XXXX")"
 CUR_TAG=""
 broker_up
@@ -106,10 +101,8 @@ summarise() { python3 "$BENCH/lib/recovery_ab.py" summary "$RUNS" "$RESULTS/$NAM
 n=0
 TOTAL=$(( (WARMUP == 1 ? 2 : 0) + 4 * BLOCKS ))
 run_one() { # SYSTEM PHASE BLOCK
-  local sys=$1 phase=$2 block=$3 waited=0 id load pre rc=0
-  while awk -v l="$(loadavg)" -v q="$QUIET_LOAD" 'BEGIN{exit !(l >= q)}' && [ "$waited" -lt "$QUIET_MAX_S" ]; do
-    sleep 10; waited=$((waited + 10))
-  done
+  local sys=$1 phase=$2 block=$3 id load pre rc=0
+  wait_quiet
   n=$((n + 1)); id="$(printf 'r%02d' "$n")"; load="$(loadavg)"; pre="$TMP/$id"
   blog "run $n/$TOTAL: $sys, $phase, block $block, load $load"
   if ! env SYSTEMS="$sys" NAME="raw/$NAME-$id-$sys" RAW_OUT="$pre" DRAIN_S="$DRAIN_S" \

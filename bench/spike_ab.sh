@@ -103,12 +103,7 @@ EVENTS=$(python3 -c "print(int($BASE*($PRE_S+$POST_S) + $BASE*$FACTOR*$SPIKE_S))
 
 ensure_tidemark
 TM_REV="${BIN_INFO#* * * }" # BIN_INFO: "<mtime: 3 fields> <revision>"
-if [ -z "${KSTREAMS_JAR:-}" ]; then
-  KSTREAMS_JAR="$("$BENCH/lib/build_ks_rev.sh" "${KS_REV:-HEAD}")"
-  KSTREAMS_REV="$(git -C "$ROOT" log -1 --format=%h "${KS_REV:-HEAD}" -- bench/kstreams)"
-fi
-KSTREAMS_REV="${KSTREAMS_REV:-unknown revision}"
-KS_SHA="$(sha256sum "$KSTREAMS_JAR" | cut -c1-16)"
+ensure_kstreams_committed
 TMP="$(mktemp -d "/tmp/bench-$NAME.XXXX")"
 CUR_TAG=""
 broker_up
@@ -146,12 +141,10 @@ summarise() { python3 "$BENCH/lib/spike_ab.py" summary "$RUNS" "$RESULTS/$NAME.j
 n=0
 REF_KEYS="" # normalised key-set hash of the first complete tidemark run
 run_one() { # SYSTEM PHASE BLOCK
-  local sys=$1 phase=$2 block=$3 waited=0 id load pre rc=0 line work
-  while awk -v l="$(loadavg)" -v q="$QUIET_LOAD" 'BEGIN{exit !(l >= q)}' && [ "$waited" -lt "$QUIET_MAX_S" ]; do
-    sleep 10; waited=$((waited + 10))
-  done
+  local sys=$1 phase=$2 block=$3 id load pre rc=0 line work
+  wait_quiet
   n=$((n + 1)); id="$(printf 'r%02d' "$n")"; load="$(loadavg)"; pre="$TMP/$id"
-  blog "run $n/$TOTAL: $sys, $phase, block $block, load $load (waited ${waited}s)"
+  blog "run $n/$TOTAL: $sys, $phase, block $block, load $load (waited ${QUIET_WAITED}s)"
   if ! env SYSTEMS="$sys" NAME="raw/$NAME-$id-$sys" RAW_OUT="$pre" DRAIN_S="$DRAIN_S" STOP_RULE=caught_up \
       CAUGHT_UP_MS="$CAUGHT_UP_MS" STOP_HOLD_S="$STOP_HOLD_S" STOP_LAG_HOLD_S="$STOP_LAG_HOLD_S" ALIGN_S="$ALIGN_S" \
       MIN_UNITS="$MIN_UNITS" FACTOR_RULE="$FACTOR_RULE" TIDEMARK_BIN="$BIN" TIDEMARK_REV="$TM_REV" KSTREAMS_JAR="$KSTREAMS_JAR" \

@@ -46,6 +46,26 @@ ensure_tidemark() {
 }
 # Other processes on the host (1-minute load average): a benchmark is only clean when it is low.
 loadavg() { cut -d' ' -f1 /proc/loadavg; }
+# Waits up to QUIET_MAX_S (default 60) for the 1-minute load average to fall below QUIET_LOAD
+# (2.5), in 10 s steps: the A-B-B-A scripts call it before every run and record the load.
+# QUIET_WAITED is the seconds it waited.
+wait_quiet() {
+  QUIET_WAITED=0
+  while awk -v l="$(loadavg)" -v q="${QUIET_LOAD:-2.5}" 'BEGIN{exit !(l >= q)}' && [ "$QUIET_WAITED" -lt "${QUIET_MAX_S:-60}" ]; do
+    sleep 10; QUIET_WAITED=$((QUIET_WAITED + 10))
+  done
+}
+# The Kafka Streams baseline as committed code: KSTREAMS_JAR as given (with KSTREAMS_REV), or
+# the jar built from the last commit touching bench/kstreams at KS_REV (HEAD) by
+# lib/build_ks_rev.sh. Sets KSTREAMS_JAR, KSTREAMS_REV and KS_SHA (first 16 hex of its sha256).
+ensure_kstreams_committed() {
+  if [ -z "${KSTREAMS_JAR:-}" ]; then
+    KSTREAMS_JAR="$("$BENCH/lib/build_ks_rev.sh" "${KS_REV:-HEAD}")"
+    KSTREAMS_REV="$(git -C "$ROOT" log -1 --format=%h "${KS_REV:-HEAD}" -- bench/kstreams)"
+  fi
+  KSTREAMS_REV="${KSTREAMS_REV:-unknown revision}"
+  KS_SHA="$(sha256sum "$KSTREAMS_JAR" | cut -c1-16)"
+}
 # The Kafka Streams baseline jar: KSTREAMS_JAR if set (recovery_ab.sh passes a committed build
 # from lib/build_ks_rev.sh), else bench/kstreams/build.sh's build of the working tree.
 ensure_kstreams() { KS_JAR="${KSTREAMS_JAR:-$("$BENCH/kstreams/build.sh")}"; }
