@@ -83,10 +83,21 @@ pub async fn ensure_compacted(
 
 /// Whether the broker knows `topic` (metadata without auto-creation).
 pub fn topic_exists(settings: &KafkaSettings, topic: &str) -> anyhow::Result<bool> {
+    Ok(listed_topics(settings)?.contains(topic))
+}
+
+/// Every topic the broker lists with partitions, from one metadata request (a request for
+/// every topic never auto-creates one).
+fn listed_topics(settings: &KafkaSettings) -> anyhow::Result<std::collections::HashSet<String>> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = settings.client_config().set("allow.auto.create.topics", "false").create()?;
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(30))?;
-    Ok(md.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+    let consumer: BaseConsumer = settings.client_config().create()?;
+    let md = consumer.fetch_metadata(None, Duration::from_secs(30))?;
+    Ok(md
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.name().to_string())
+        .collect())
 }
 
 async fn create(
@@ -129,13 +140,8 @@ async fn await_listed(settings: &KafkaSettings, names: &[String]) -> anyhow::Res
     while !missing.is_empty() {
         let (s, ask) = (settings.clone(), missing.clone());
         missing = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
-            let mut still = Vec::new();
-            for name in ask {
-                if !topic_exists(&s, &name)? {
-                    still.push(name);
-                }
-            }
-            Ok(still)
+            let listed = listed_topics(&s)?;
+            Ok(ask.into_iter().filter(|name| !listed.contains(name)).collect())
         })
         .await??;
         if missing.is_empty() {
