@@ -176,7 +176,7 @@ f = lambda x: "never" if x is None else "%.1f s" % x
 g = lambda x: "n/a" if x is None else "%.0f" % x
 print("[bench]   spike offered %s/s (requested %s/s), peak p99 %s ms, peak backlog age %s, peak lag %s, spike end → caught up %s, "
       "→ own level %s, → lag < 1 s %s, outputs %s" % (g(r["offered_spike_per_s"]), g(r["requested_spike_per_s"]), g(r["peak_p99_ms"]),
-      f(r["peak_backlog_age_s"]), g(r["peak_lag_records"]), f(r["caught_up_after_spike_end_s"]),
+      f(r["peak_backlog_age_s"]) if r["system"] == "tidemark" else "n/a", g(r["peak_lag_records"]), f(r["caught_up_after_spike_end_s"]),
       f(r["back_to_own_level_after_spike_end_s"]), f(r["lag_below_1s_of_input_after_spike_end_s"]),
       "ok" if r["outputs"]["ok"] else "FAILED %s" % r["outputs"]), file=sys.stderr)'
   if [ "$rc" != 0 ]; then

@@ -36,27 +36,22 @@ Times are from the processor's start (tidemark's exec, the JVM's exec: start-up 
   backlog's event-time span (the live part's length differs between runs) written to
   PREFIX.keys.txt.gz; complete = the lag was below one second of input at the end.
 """
-import gzip
 import json
 import math
 import os
-import shutil
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ab_summary as ab  # noqa: E402
 import caught_up as cu  # noqa: E402
+from ab_summary import fmt_s  # noqa: E402
 from caught_up import opt, spread  # noqa: E402
-from spike_ab import gz_copy  # noqa: E402
 
 SPEC = {"n": 12_000_000, "live_rate": 20_000, "target_s": 90}
 SPEC["processed_needed_per_s"] = (SPEC["n"] + SPEC["target_s"] * SPEC["live_rate"]) / SPEC["target_s"]  # 153,333
 SPEC["net_needed_per_s"] = SPEC["n"] / SPEC["target_s"]  # 133,333
 AFTER_DRAIN_SKIP_S = 10
-
-
-def rnd(x, d=2):
-    return None if x is None else round(x, d)
 
 
 def window_offset_s(normalised_key):
@@ -133,22 +128,8 @@ def run(args):
         total = (vals[-1] - vals[0]) if system == "tidemark" and vals else (vals[-1] if vals else None)
     res = resources(samples, total)
 
-    prefix = opt(args, "--raw-out")
-    keys_file = None
-    if prefix:
-        gz_copy(opt(args, "--actions"), prefix + ".actions.jsonl.gz", cu.compact_action)
-        gz_copy(opt(args, "--samples"), prefix + ".samples.jsonl.gz", cu.compact_sample)
-        gz_copy(opt(args, "--gen"), prefix + ".gen.log.gz")
-        for k in ("--latency", "--lag"):
-            if opt(args, k):
-                gz_copy(opt(args, k), prefix + "." + k[2:] + ".jsonl.gz")
-        if opt(args, "--ks-log") and os.path.exists(opt(args, "--ks-log")):
-            with open(opt(args, "--ks-log"), errors="replace") as f, gzip.open(prefix + ".ks.log.gz", "wt") as g:
-                g.writelines(x for x in f if x.startswith("[ks]"))
-        shutil.copyfile(opt(args, "--marks"), prefix + ".marks.json")
-        keys_file = os.path.basename(prefix) + ".keys.txt.gz"
-        with gzip.open(prefix + ".keys.txt.gz", "wt") as f:
-            f.write("\n".join(backlog_keys) + "\n")
+    # without --raw-out (recomputing from the raw copies) nothing is written
+    keys_file = ab.raw_copies(args, opt(args, "--raw-out"), backlog_keys, cu.compact_action, cu.compact_sample)
 
     rel = lambda t: None if t is None else round(t - ts, 2)  # noqa: E731
     line = {
@@ -217,10 +198,6 @@ TIDEMARK_ONLY = ("time_to_backlog_age_below_1s_s",)
 KS_ONLY = ("ks_running_after_start_s",)
 
 
-def fmt_s(x):
-    return "never" if x is None else f"{x:.1f} s"
-
-
 def k_s(x):
     return "n/a" if x is None else f"{x / 1000:.1f} k/s"
 
@@ -268,19 +245,12 @@ def verdicts(out, meta, systems):
 
 
 def summary(args):
-    from spike_ab import compare_keys
     runs_path, out_json, out_png = args[:3]
     meta = json.loads(opt(args, "--meta", "{}"))
-    raw_dir = opt(args, "--raw-dir")
-    runs = [json.loads(x) for x in open(runs_path) if x.strip()]
-    measured = [r for r in runs if r["phase"] == "measured"]
-    systems = sorted({r["system"] for r in runs}, key=lambda s: (s != "tidemark", s))
-    out = {"bench": "catchup_ab", **meta, "runs_measured": len(measured), "runs_total": len(runs),
-           "outputs_ok_every_run": all(r["outputs"]["ok"] for r in runs),
-           "reposts_same_payload": {f"run {r['run']} {r['system']}": r["outputs"]["reposts_same_payload"]
-                                    for r in runs if r["outputs"]["reposts_same_payload"]},
+    runs, measured, systems = ab.load_runs(runs_path)
+    out = {**ab.header("catchup_ab", meta, runs, measured),
            "target": {"row": "12 M backlog + live 20 k/s: caught up ≤ 90 s", **SPEC},
-           "measures": {m: d for m, d, _ in MEASURES}, "systems": {}, "ratios_ks_over_tidemark": {}}
+           "measures": {m: d for m, d, _ in MEASURES}, "systems": {}}
     for s in systems:
         rs = [r for r in measured if r["system"] == s]
         m = {}
@@ -290,27 +260,16 @@ def summary(args):
             m[k] = spread([r.get(k) for r in rs], none_is_never=never)
         m["complete_runs"] = sum(1 for r in rs if r["complete"])
         out["systems"][s] = m
-    tm = out["systems"].get("tidemark")
-    for ks in [s for s in systems if s != "tidemark"]:
-        ratios = {}
-        for k in ("time_to_caught_up_s", "time_to_lag_below_1s_of_input_s", "net_drain_rate_per_s", "net_drain_rate_by_lag_per_s",
-                  "peak_p99_ms", "live_p99_after_drain_median_ms"):
-            a, b = (tm or {}).get(k), out["systems"][ks].get(k)
-            e = {"ratio_of_medians": None, "per_block": []}
-            if a and b and a["median"] and b["median"]:
-                e["ratio_of_medians"] = round(b["median"] / a["median"], 2)
-            for blk in sorted({r["block"] for r in measured}):
-                xa = [r.get(k) for r in measured if r["block"] == blk and r["system"] == "tidemark"]
-                xb = [r.get(k) for r in measured if r["block"] == blk and r["system"] == ks]
-                ok = xa and xb and None not in xa and None not in xb and statistics.median(xa) > 0
-                e["per_block"].append(round(statistics.median(xb) / statistics.median(xa), 2) if ok else None)
-            ratios[k] = e
-        out["ratios_ks_over_tidemark"][ks] = ratios
-    out["keys"] = compare_keys(runs, raw_dir)
+    out["ratios_ks_over_tidemark"] = ab.ratios_ks_over_tidemark(
+        out["systems"], measured, systems,
+        ("time_to_caught_up_s", "time_to_lag_below_1s_of_input_s", "net_drain_rate_per_s", "net_drain_rate_by_lag_per_s",
+         "peak_p99_ms", "live_p99_after_drain_median_ms"))
+    out["keys"] = ab.compare_keys(runs, opt(args, "--raw-dir"))
     out["keys"]["scope"] = "action keys of windows that start inside the backlog's event-time span (the live part's length differs per run)"
     out["verdicts"] = verdicts(out, meta, systems)
-    out["runs"] = [{k: v for k, v in r.items() if k not in ("per_second_p99", "lag_series")} for r in runs]
-    json.dump(out, open(out_json, "w"), indent=1, ensure_ascii=False)
+    out["runs"] = ab.without(runs, ("per_second_p99", "lag_series"))
+    with open(out_json, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
     plot(out_png, measured, systems, meta)
     return out
 
@@ -321,27 +280,18 @@ def plot(path, measured, systems, meta):
         plt = ensure_mpl()
     except Exception:  # no matplotlib and no pip: the JSON is the result
         return
-    colors = {"tidemark": "tab:blue", "ks-eos": "tab:orange", "ks-alos": "tab:green"}
     fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(12, 13), gridspec_kw={"height_ratios": [1.2, 1, 1]})
     ax2.sharex(ax1)
     live = meta.get("live_rate") or 1
     thr = meta.get("caught_up_ms", 1000)
     for r in measured:
-        c = colors.get(r["system"], "gray")
-        xs, ys, prev = [], [], None
-        for t, n, p in r["per_second_p99"]:
-            if prev is not None and t - prev > 5:
-                xs.append(math.nan)
-                ys.append(math.nan)
-            xs.append(t)
-            ys.append(max(p, 1))
-            prev = t
-        ax1.plot(xs, ys, color=c, alpha=.45, lw=.8)
+        c = ab.color(r["system"])
+        ab.p99_line(ax1, r["per_second_p99"], 5, color=c, alpha=.45, lw=.8)
         ax2.plot([t for t, v in r["lag_series"]], [math.nan if v is None else v / live for t, v in r["lag_series"]],
                  color=c, alpha=.45, lw=.8)
     for s in systems:
-        ax1.plot([], [], color=colors.get(s, "gray"), label=f"{s} (one line per run)")
-        ax2.plot([], [], color=colors.get(s, "gray"), label=f"{s}: lag ÷ live rate")
+        ax1.plot([], [], color=ab.color(s), label=f"{s} (one line per run)")
+        ax2.plot([], [], color=ab.color(s), label=f"{s}: lag ÷ live rate")
     ax1.axhline(thr, color="green", ls="--", lw=.8, label=f"caught-up threshold {thr:g} ms")
     ax1.set_yscale("log")
     ax1.set_ylabel("append→2xx p99 per second (ms)")
@@ -358,31 +308,11 @@ def plot(path, measured, systems, meta):
     ms = ("time_to_caught_up_s", "time_to_lag_below_1s_of_input_s", "time_to_backlog_age_below_1s_s")
     labels = ("caught up\n(p99 < threshold)", "lag < 1 s of input\n(reference)", "tidemark backlog age < 1 s\n(reference)")
     vals = [r[m] for r in measured for m in ms if r.get(m) is not None]
-    top = max(vals + [SPEC["target_s"]]) * 1.5
-    for i, m in enumerate(ms):
-        for j, s in enumerate(systems):
-            if s != "tidemark" and m in TIDEMARK_ONLY:
-                continue
-            xs = [r.get(m) for r in measured if r["system"] == s]
-            x0 = i + (j - (len(systems) - 1) / 2) * 0.3
-            ys = [top if x is None else x for x in xs]
-            ax3.scatter([x0 + 0.04 * ((k % 5) - 2) for k in range(len(ys))], ys, s=18, color=colors.get(s, "gray"), alpha=.7,
-                        label=s if i == 0 else None)
-            sp = spread(xs)
-            if sp and sp["median"] is not None:
-                ax3.hlines(sp["median"], x0 - 0.12, x0 + 0.12, color=colors.get(s, "gray"), lw=2)
-            if sp and sp["never"]:
-                ax3.annotate(f"never ×{sp['never']}", (x0, top), fontsize=6, ha="center", va="bottom")
+    ab.dot_strip(ax3, measured, systems, ms, labels, max(vals + [SPEC["target_s"]]) * 1.5,
+                 skip=lambda s, m: s != "tidemark" and m in TIDEMARK_ONLY)
     ax3.axhline(SPEC["target_s"], color="red", ls="--", lw=.8, label="90 s (the target, at 12 M + 20 k/s)")
-    ax3.set_yscale("log")
-    ax3.set_ylim(top=top * 1.6)
-    ax3.set_xticks(range(len(ms)))
-    ax3.set_xlim(-0.6, len(ms) - 0.4)
-    ax3.set_xticklabels(labels, fontsize=7)
     ax3.set_ylabel("seconds after the processor's start (never: at the top)")
-    ax3.set_title("per measured run; bar = median", fontsize=9)
     ax3.legend(fontsize=7)
-    ax3.grid(alpha=.3, axis="y")
     fig.suptitle(f"catch-up: {meta.get('n', '?')} backlog + live {meta.get('live_rate', '?')}/s, {len(measured)} run(s); "
                  f"tidemark {meta.get('tidemark_rev', '?')}, Kafka Streams {meta.get('kstreams_rev', '?')}", fontsize=9)
     fig.tight_layout()

@@ -39,10 +39,14 @@ of every POST; PREFIX.latency.jsonl (Kafka Streams) is the per-second log as wri
 import gzip
 import hashlib
 import json
-import math
+import os
 import shutil
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ab_summary as ab  # noqa: E402
+from caught_up import load_jsonl, opt, pick, spread  # noqa: E402
 
 PRE_KILL_SKIP_S = 10
 
@@ -53,32 +57,6 @@ def body_hash(a):
         return a["h"]
     body = a.get("body") if isinstance(a.get("body"), str) else json.dumps(a.get("body"), sort_keys=True)
     return hashlib.sha1((body or "").encode()).hexdigest()[:12]
-
-
-def opt(args, key, default=None):
-    return args[args.index(key) + 1] if key in args else default
-
-
-def load_jsonl(path):
-    out = []
-    if not path:
-        return out
-    try:
-        for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-    except OSError:
-        pass
-    return out
-
-
-def pick(xs, p):
-    """Nearest-rank quantile of a sorted list (as latency.sh and HdrHistogram)."""
-    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else None
 
 
 def settled(points, ok):
@@ -189,30 +167,16 @@ TARGET_S = 1.0
 TARGET_RATIO = 10.0
 
 
-def spread(xs):
-    """Median and min–max; None values (never happened within the run) count as +inf."""
-    if not xs:
-        return None
-    vals = [math.inf if x is None else x for x in xs]
-    med = statistics.median(vals)
-    return {"median": None if math.isinf(med) else round(med, 3), "min": None if math.isinf(min(vals)) else min(vals),
-            "max": None if math.isinf(max(vals)) else max(vals), "n": len(vals), "never": sum(1 for x in xs if x is None),
-            "values": xs}
-
-
 def fmt_s(x):
-    return "never" if x is None else f"{x:.2f} s"
+    return ab.fmt_s(x, 2)
 
 
 def summary(args):
     runs_path, out_json, out_png = args[:3]
     meta = json.loads(opt(args, "--meta", "{}"))
-    runs = [json.loads(l) for l in open(runs_path) if l.strip()]
-    measured = [r for r in runs if r["phase"] == "measured"]
-    systems = sorted({r["system"] for r in runs}, key=lambda s: (s != "tidemark", s))
-    out = {"bench": "recovery_ab", **meta, "runs_measured": len(measured), "runs_total": len(runs),
-           "outputs_ok_every_run": all(r["outputs"]["ok"] for r in runs), "systems": {}, "ratios_ks_over_tidemark": {},
-           "verdicts": [], "runs": [{k: v for k, v in r.items() if k != "per_second_p99"} for r in runs]}
+    runs, measured, systems = ab.load_runs(runs_path)
+    out = {**ab.header("recovery_ab", meta, runs, measured), "systems": {}, "ratios_ks_over_tidemark": {},
+           "verdicts": [], "runs": ab.without(runs, ("per_second_p99",))}
     for s in systems:
         rs = [r for r in measured if r["system"] == s]
         out["systems"][s] = {m: spread([r[m] for r in rs]) for m, _ in MEASURES}
@@ -235,22 +199,8 @@ def summary(args):
     out["measures"] = {m: d for m, d in MEASURES}
     tm = out["systems"].get("tidemark")
     ks_names = [s for s in systems if s != "tidemark"]
-    for ks in ks_names:
-        ratios = {}
-        for m in ("first_action_s", "first_new_action_s", "caught_up_s", "back_to_pre_kill_s"):
-            a, b = (tm or {}).get(m), out["systems"][ks].get(m)
-            entry = {"ratio_of_medians": None, "per_block": []}
-            if a and b and a["median"] and b["median"]:
-                entry["ratio_of_medians"] = round(b["median"] / a["median"], 2)
-            for blk in sorted({r["block"] for r in measured}):
-                xa = [r[m] for r in measured if r["block"] == blk and r["system"] == "tidemark"]
-                xb = [r[m] for r in measured if r["block"] == blk and r["system"] == ks]
-                if xa and xb and None not in xa and None not in xb and statistics.median(xa) > 0:
-                    entry["per_block"].append(round(statistics.median(xb) / statistics.median(xa), 2))
-                else:
-                    entry["per_block"].append(None)
-            ratios[m] = entry
-        out["ratios_ks_over_tidemark"][ks] = ratios
+    out["ratios_ks_over_tidemark"] = ab.ratios_ks_over_tidemark(
+        out["systems"], measured, systems, ("first_action_s", "first_new_action_s", "caught_up_s", "back_to_pre_kill_s"))
 
     # verdicts against the row: kill -9 → first action ≤ 1 s, and ≥ 10× faster than Kafka Streams EOS
     if tm:
@@ -278,53 +228,26 @@ def summary(args):
                     out["verdicts"].append(
                         f"kill -9 → {what} ≥ {TARGET_RATIO:g}× faster than {ks}: {'MET' if ok else 'MISSED'} "
                         f"({ks}/tidemark = {e['ratio_of_medians']:.1f}× of the medians, {k['median']:.2f} s / {t['median']:.2f} s; {rng})")
-    json.dump(out, open(out_json, "w"), indent=1, ensure_ascii=False)
+    with open(out_json, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
 
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        from timeseries import ensure_mpl
+        plt = ensure_mpl()
+    except Exception:  # no matplotlib and no pip: the JSON is the result
         return
-    colors = {"tidemark": "tab:blue", "ks-eos": "tab:orange", "ks-alos": "tab:green"}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1.4]})
     ms = ("first_action_s", "first_new_action_s", "caught_up_s", "back_to_pre_kill_s")
     labels = ("first action", "first new action", "caught up\n(p99 < threshold)", "back to own\npre-kill p99")
     top = max([r[m] for r in measured for m in ms if r[m] is not None] + [1.0]) * 1.5
-    for i, m in enumerate(ms):
-        for j, s in enumerate(systems):
-            xs = [r[m] for r in measured if r["system"] == s]
-            x0 = i + (j - (len(systems) - 1) / 2) * 0.3
-            ys = [top if x is None else x for x in xs]
-            ax1.scatter([x0 + 0.04 * ((k % 5) - 2) for k in range(len(ys))], ys, s=18, color=colors.get(s, "gray"),
-                        marker="o", alpha=.7, label=s if i == 0 else None)
-            sp = spread(xs)
-            if sp and sp["median"] is not None:
-                ax1.hlines(sp["median"], x0 - 0.12, x0 + 0.12, color=colors.get(s, "gray"), lw=2)
-            if sp and sp["never"]:
-                ax1.annotate(f"never ×{sp['never']}", (x0, top), fontsize=6, ha="center", va="bottom")
+    ab.dot_strip(ax1, measured, systems, ms, labels, top)
     ax1.axhline(TARGET_S, color="red", ls="--", lw=.8, label=f"target {TARGET_S:g} s")
-    ax1.set_yscale("log")
-    ax1.set_ylim(top=top * 1.6)
-    ax1.set_xticks(range(len(ms)))
-    ax1.set_xticklabels(labels)
     ax1.set_ylabel("seconds after kill -9 (never: at the top)")
-    ax1.tick_params(axis="x", labelsize=7)
-    ax1.set_title("per measured run; bar = median", fontsize=9)
     ax1.legend(fontsize=7)
-    ax1.grid(alpha=.3, axis="y")
-    for r in measured:
-        xs, ys, prev = [], [], None
-        for t, n, p in r["per_second_p99"]:
-            if prev is not None and t - prev > 2.5:  # no actions for a while (the outage): a gap, not a line
-                xs.append(math.nan)
-                ys.append(math.nan)
-            xs.append(t)
-            ys.append(max(p, 1))
-            prev = t
-        ax2.plot(xs, ys, color=colors.get(r["system"], "gray"), alpha=.5, lw=.8, marker=".", ms=2)
+    for r in measured:  # no actions for 2.5 s (the outage): a gap
+        ab.p99_line(ax2, r["per_second_p99"], 2.5, color=ab.color(r["system"]), alpha=.5, lw=.8, marker=".", ms=2)
     for s in systems:
-        ax2.plot([], [], color=colors.get(s, "gray"), label=f"{s} (one line per run)")
+        ax2.plot([], [], color=ab.color(s), label=f"{s} (one line per run)")
     thr = measured[0]["caught_up_ms"] if measured else 1000
     ax2.axhline(thr, color="red", ls="--", lw=.8, label=f"caught-up threshold {thr:g} ms")
     ax2.axvline(0, color="gray", lw=.8)

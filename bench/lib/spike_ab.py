@@ -54,16 +54,16 @@ decide the merge order and so, rarely, a window near its grace limit; Kafka Stre
 arrival, see bench/README.md): differences are recorded and reported, never hidden, and do not
 stop the series (KEYS_MUST_MATCH=1 in spike_ab.sh does).
 """
-import gzip
 import json
 import math
 import os
-import shutil
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ab_summary as ab  # noqa: E402
 import caught_up as cu  # noqa: E402
+from ab_summary import fmt_s, rnd  # noqa: E402
 from caught_up import opt, spread  # noqa: E402
 
 SKIP_S = 10
@@ -72,20 +72,6 @@ SKIP_S = 10
 # spike would read as "not back")
 OWN_SLACK = 1.2
 SPEC = {"base": 20000, "spike_rate": 200000, "spike_s": 60, "budget_s": 10}
-
-
-def rnd(x, d=2):
-    return None if x is None else round(x, d)
-
-
-def gz_copy(src, dst, transform=None):
-    with gzip.open(dst, "wt") as out:
-        if transform is None:
-            with (gzip.open(src, "rt") if src.endswith(".gz") else open(src)) as f:
-                shutil.copyfileobj(f, out)
-        else:
-            for x in cu.load_jsonl(src):
-                out.write(json.dumps(transform(x)) + "\n")
 
 
 def run(args):
@@ -152,19 +138,8 @@ def run(args):
     from timeseries import resources
     res = resources(samples, consumed_total)
 
-    prefix = opt(args, "--raw-out")  # without it (recomputing from the raw copies) nothing is written
-    keys_file = None
-    if prefix:
-        gz_copy(opt(args, "--actions"), prefix + ".actions.jsonl.gz", cu.compact_action)
-        gz_copy(opt(args, "--samples"), prefix + ".samples.jsonl.gz", cu.compact_sample)
-        gz_copy(opt(args, "--gen"), prefix + ".gen.log.gz")
-        for k in ("--latency", "--lag"):
-            if opt(args, k):
-                gz_copy(opt(args, k), prefix + "." + k[2:] + ".jsonl.gz")
-        shutil.copyfile(opt(args, "--marks"), prefix + ".marks.json")
-        keys_file = os.path.basename(prefix) + ".keys.txt.gz"
-        with gzip.open(prefix + ".keys.txt.gz", "wt") as f:
-            f.write("\n".join(keys) + "\n")
+    # without --raw-out (recomputing from the raw copies) nothing is written
+    keys_file = ab.raw_copies(args, opt(args, "--raw-out"), keys, cu.compact_action, cu.compact_sample)
 
     rel = lambda t: None if t is None else round(t - s0, 2)  # noqa: E731
     line = {
@@ -235,47 +210,6 @@ MEASURES = (
 TIDEMARK_ONLY = ("peak_backlog_age_s", "backlog_age_below_1s_after_spike_end_s")
 
 
-def fmt_s(x):
-    return "never" if x is None else f"{x:.1f} s"
-
-
-def compare_keys(runs, raw_dir):
-    """Key sets of complete runs against the first complete measured tidemark run."""
-    def keys_of(r):
-        if not r.get("keys_file") or not raw_dir:
-            return None
-        path = os.path.join(raw_dir, r["keys_file"])
-        try:
-            with gzip.open(path, "rt") as f:
-                return {k for k in f.read().split("\n") if k}
-        except OSError:
-            return None
-    measured = [r for r in runs if r["phase"] == "measured"]
-    normalised = all(r["outputs"].get("keys_normalised") for r in runs)
-    ref = next((r for r in measured if r["system"] == "tidemark" and r["complete"]), None) or \
-        next((r for r in measured if r["complete"]), None)
-    out = {"normalised": normalised, "reference_run": ref["run"] if ref else None, "runs": []}
-    if not normalised:
-        out["note"] = "keys not normalised (no ALIGN_S): every run had other event times, key sets are not comparable"
-        return out
-    ref_keys = keys_of(ref) if ref else None
-    if ref_keys is None:
-        out["note"] = "no complete run with a key list: nothing to compare"
-        return out
-    for r in runs:
-        k = keys_of(r)
-        if k is None:
-            continue
-        out["runs"].append({"run": r["run"], "system": r["system"], "phase": r["phase"], "complete": r["complete"],
-                            "keys": len(k), "equal_to_reference": k == ref_keys,
-                            "only_here": len(k - ref_keys), "only_in_reference": len(ref_keys - k)})
-    for s in sorted({x["system"] for x in out["runs"]}):
-        xs = [x for x in out["runs"] if x["system"] == s and x["complete"] and x["phase"] == "measured"]
-        out[s] = {"complete_measured_runs": len(xs), "equal_to_reference": sum(1 for x in xs if x["equal_to_reference"])}
-    out["all_complete_runs_equal"] = all(x["equal_to_reference"] for x in out["runs"] if x["complete"])
-    return out
-
-
 def verdicts(out, meta, systems):
     v = []
     a = meta
@@ -323,15 +257,8 @@ def verdicts(out, meta, systems):
 def summary(args):
     runs_path, out_json, out_png = args[:3]
     meta = json.loads(opt(args, "--meta", "{}"))
-    raw_dir = opt(args, "--raw-dir")
-    runs = [json.loads(x) for x in open(runs_path) if x.strip()]
-    measured = [r for r in runs if r["phase"] == "measured"]
-    systems = sorted({r["system"] for r in runs}, key=lambda s: (s != "tidemark", s))
-    out = {"bench": "spike_ab", **meta, "runs_measured": len(measured), "runs_total": len(runs),
-           "outputs_ok_every_run": all(r["outputs"]["ok"] for r in runs),
-           "reposts_same_payload": {f"run {r['run']} {r['system']}": r["outputs"]["reposts_same_payload"]
-                                    for r in runs if r["outputs"]["reposts_same_payload"]},
-           "measures": {m: d for m, d, _ in MEASURES}, "systems": {}, "ratios_ks_over_tidemark": {}}
+    runs, measured, systems = ab.load_runs(runs_path)
+    out = {**ab.header("spike_ab", meta, runs, measured), "measures": {m: d for m, d, _ in MEASURES}, "systems": {}}
     for s in systems:
         rs = [r for r in measured if r["system"] == s]
         m = {}
@@ -347,26 +274,15 @@ def summary(args):
             m["caught_up_note"] = (f"its per-second p99 before the spike is already {pk['median']:.0f} ms (median of runs) "
                                    f"≥ {thr:.0f} ms: the rule cannot be met, spike or not; see back_to_own_level_after_spike_end_s")
         out["systems"][s] = m
-    tm = out["systems"].get("tidemark")
-    for ks in [s for s in systems if s != "tidemark"]:
-        ratios = {}
-        for k in ("peak_p99_ms", "peak_lag_records", "caught_up_after_spike_end_s", "back_to_own_level_after_spike_end_s",
-                  "lag_below_1s_of_input_after_spike_end_s", "consumed_in_spike_per_s"):
-            a, b = (tm or {}).get(k), out["systems"][ks].get(k)
-            e = {"ratio_of_medians": None, "per_block": []}
-            if a and b and a["median"] and b["median"]:
-                e["ratio_of_medians"] = round(b["median"] / a["median"], 2)
-            for blk in sorted({r["block"] for r in measured}):
-                xa = [r.get(k) for r in measured if r["block"] == blk and r["system"] == "tidemark"]
-                xb = [r.get(k) for r in measured if r["block"] == blk and r["system"] == ks]
-                ok = xa and xb and None not in xa and None not in xb and statistics.median(xa) > 0
-                e["per_block"].append(round(statistics.median(xb) / statistics.median(xa), 2) if ok else None)
-            ratios[k] = e
-        out["ratios_ks_over_tidemark"][ks] = ratios
-    out["keys"] = compare_keys(runs, raw_dir)
+    out["ratios_ks_over_tidemark"] = ab.ratios_ks_over_tidemark(
+        out["systems"], measured, systems,
+        ("peak_p99_ms", "peak_lag_records", "caught_up_after_spike_end_s", "back_to_own_level_after_spike_end_s",
+         "lag_below_1s_of_input_after_spike_end_s", "consumed_in_spike_per_s"))
+    out["keys"] = ab.compare_keys(runs, opt(args, "--raw-dir"))
     out["verdicts"] = verdicts(out, meta, systems)
-    out["runs"] = [{k: v for k, v in r.items() if k not in ("per_second_p99", "lag_series", "backlog_age_series")} for r in runs]
-    json.dump(out, open(out_json, "w"), indent=1, ensure_ascii=False)
+    out["runs"] = ab.without(runs, ("per_second_p99", "lag_series", "backlog_age_series"))
+    with open(out_json, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
     plot(out_png, measured, systems, meta)
     return out
 
@@ -377,7 +293,6 @@ def plot(path, measured, systems, meta):
         plt = ensure_mpl()
     except Exception:  # no matplotlib and no pip: the JSON is the result
         return
-    colors = {"tidemark": "tab:blue", "ks-eos": "tab:orange", "ks-alos": "tab:green"}
     fig, axes = plt.subplots(3, 1, figsize=(12, 13), gridspec_kw={"height_ratios": [1.2, 1, 1]})
     ax1, ax2, ax3 = axes
     ax2.sharex(ax1)
@@ -385,26 +300,18 @@ def plot(path, measured, systems, meta):
     base = meta.get("base", 1) or 1
     thr = measured[0]["caught_up_ms"] if measured else 1000
     for r in measured:
-        c = colors.get(r["system"], "gray")
-        xs, ys, prev = [], [], None
-        for t, n, p in r["per_second_p99"]:
-            if prev is not None and t - prev > 5:  # no actions for a while: a gap, not a line
-                xs.append(math.nan)
-                ys.append(math.nan)
-            xs.append(t)
-            ys.append(max(p, 1))
-            prev = t
-        ax1.plot(xs, ys, color=c, alpha=.45, lw=.8)
+        c = ab.color(r["system"])
+        ab.p99_line(ax1, r["per_second_p99"], 5, color=c, alpha=.45, lw=.8)  # no actions for 5 s: a gap
         ax2.plot([t for t, v in r["lag_series"]], [math.nan if v is None else v / base for t, v in r["lag_series"]],
                  color=c, alpha=.45, lw=.8)
         if r["system"] == "tidemark" and r.get("backlog_age_series"):
             ax2.plot([t for t, v in r["backlog_age_series"]], [v for t, v in r["backlog_age_series"]], color=c, alpha=.45,
                      lw=.8, ls=":")
     for s in systems:
-        ax1.plot([], [], color=colors.get(s, "gray"), label=f"{s} (one line per run)")
-        ax2.plot([], [], color=colors.get(s, "gray"), label=f"{s}: lag ÷ base rate")
+        ax1.plot([], [], color=ab.color(s), label=f"{s} (one line per run)")
+        ax2.plot([], [], color=ab.color(s), label=f"{s}: lag ÷ base rate")
     if "tidemark" in systems:
-        ax2.plot([], [], color=colors["tidemark"], ls=":", label="tidemark: backlog age (s)")
+        ax2.plot([], [], color=ab.color("tidemark"), ls=":", label="tidemark: backlog age (s)")
     for ax in (ax1, ax2):
         ax.axvspan(0, spike_s, color="gray", alpha=.1)
         ax.grid(alpha=.3)
@@ -425,37 +332,17 @@ def plot(path, measured, systems, meta):
     labels = ("peak p99\n(s)", "peak backlog\nage (s)", "peak lag ÷ base\n(s of input)", "spike end →\ncaught up (s)",
               "spike end →\nown level (s)", "spike end →\nlag < 1 s (s)")
     vals = [r[m] / (1000 if m == "peak_p99_ms" else 1) for r in measured for m in ms if r.get(m) is not None]
-    top = max(vals + [10.0]) * 1.5
-    for i, m in enumerate(ms):
-        for j, s in enumerate(systems):
-            rs = [r for r in measured if r["system"] == s]
-            if s != "tidemark" and m in TIDEMARK_ONLY:
-                continue
-            xs = [r.get(m) for r in rs]
-            if m == "peak_p99_ms":
-                xs = [None if x is None else x / 1000 for x in xs]
-            never = m in ("caught_up_after_spike_end_s", "back_to_own_level_after_spike_end_s",
-                          "lag_below_1s_of_input_after_spike_end_s")
-            x0 = i + (j - (len(systems) - 1) / 2) * 0.3
-            ys = [top if x is None and never else x for x in xs]
-            pts = [(x0 + 0.04 * ((k % 5) - 2), y) for k, y in enumerate(ys) if y is not None]
-            ax3.scatter([p[0] for p in pts], [max(p[1], 0.05) for p in pts], s=18, color=colors.get(s, "gray"), alpha=.7,
-                        label=s if i == 0 else None)
-            sp = spread(xs, none_is_never=never)
-            if sp and sp["median"] is not None:
-                ax3.hlines(max(sp["median"], 0.05), x0 - 0.12, x0 + 0.12, color=colors.get(s, "gray"), lw=2)
-            if sp and never and sp["never"]:
-                ax3.annotate(f"never ×{sp['never']}", (x0, top), fontsize=6, ha="center", va="bottom")
+
+    def value(r, m):
+        x = r.get(m)
+        return None if x is None else x / 1000 if m == "peak_p99_ms" else x
+    ab.dot_strip(ax3, measured, systems, ms, labels, max(vals + [10.0]) * 1.5,
+                 skip=lambda s, m: s != "tidemark" and m in TIDEMARK_ONLY, value=value, floor=0.05,
+                 never=lambda m: m in ("caught_up_after_spike_end_s", "back_to_own_level_after_spike_end_s",
+                                       "lag_below_1s_of_input_after_spike_end_s"))
     ax3.axhline(10, color="red", ls="--", lw=.8, label="10 s budget")
-    ax3.set_yscale("log")
-    ax3.set_ylim(top=top * 1.6)
-    ax3.set_xticks(range(len(ms)))
-    ax3.set_xlim(-0.6, len(ms) - 0.4)
-    ax3.set_xticklabels(labels, fontsize=7)
     ax3.set_ylabel("seconds (never: at the top)")
-    ax3.set_title("per measured run; bar = median", fontsize=9)
     ax3.legend(fontsize=7)
-    ax3.grid(alpha=.3, axis="y")
     fig.suptitle(f"spike: {meta.get('base', '?')}/s base, {meta.get('spike_s', '?')} s at ×{meta.get('factor', '?')}, "
                  f"{len(measured)} measured runs (A-B-B-A); tidemark {meta.get('tidemark_rev', '?')}, "
                  f"Kafka Streams {meta.get('kstreams_rev', '?')}", fontsize=9)
