@@ -13,7 +13,10 @@
 # each system comes first and is discarded; then BLOCKS blocks of tidemark, ks-eos, ks-eos,
 # tidemark. QUIET_LOAD (2.5) / QUIET_MAX_S (60): before each run, wait up to QUIET_MAX_S for
 # the 1-minute load average to fall below QUIET_LOAD; the load before each run is recorded
-# either way.
+# either way. CONTINUE=1 adds BLOCKS blocks to the series already in results/raw/$NAME-runs.jsonl
+# (after its own discarded warm-ups; refused unless rate, history, kill and drain times, the
+# caught-up threshold and both revisions are those of that series); the result then has every
+# block, and `series` says which command ran which blocks.
 #
 # Committed binaries only: tidemark is BENCH_REV (HEAD) built by lib/build_rev.sh, or
 # TIDEMARK_BIN with its revision in TIDEMARK_REV; the Kafka Streams baseline is the jar of the
@@ -87,19 +90,54 @@ cleanup() {
 trap cleanup EXIT
 blog "tidemark $TM_REV ($BIN_INFO), Kafka Streams $KSTREAMS_REV ($KSTREAMS_JAR, sha256 $KS_SHA), broker $BOOT"
 
-RUNS="$RAW/$NAME-runs.jsonl"; : > "$RUNS"
+RUNS="$RAW/$NAME-runs.jsonl"
+n=0; FIRST_BLOCK=1; SERIES='[]'
+if [ "${CONTINUE:-0}" = 1 ]; then
+  # more blocks for an earlier series of the same scenario and binaries (its runs are kept; this
+  # series' warm-ups are run and discarded as usual): refused unless every setting that shapes a
+  # run is the same
+  read -r n FIRST_BLOCK SERIES < <(python3 -c 'import json, sys
+runs_path, res_path = sys.argv[1:3]
+want = dict(zip(("rate", "history", "pre_kill_s", "post_kill_s", "drain_s", "caught_up_ms", "tidemark_rev", "kstreams_rev",
+                 "kstreams_jar_sha256_16"), sys.argv[3:]))
+try:
+    runs = [json.loads(x) for x in open(runs_path) if x.strip()]
+    old = json.load(open(res_path))
+except (OSError, ValueError) as e:
+    sys.exit("CONTINUE=1: no earlier series to continue (%s)" % e)
+def same(a, b):
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == b
+diff = [f"{k}: {old.get(k)} there, {v} here" for k, v in want.items() if not same(old.get(k), v)]
+if diff or not runs:
+    sys.exit("CONTINUE=1 refused, the earlier series differs: " + "; ".join(diff or ["it has no runs"]))
+series = old.get("series") or [{"blocks": old.get("blocks"), "command": old.get("command"), "first_run": 1}]
+print(max(r["run"] for r in runs), max(r["block"] for r in runs) + 1, json.dumps(series, separators=(",", ":")))' \
+    "$RUNS" "$RESULTS/$NAME.json" "$RATE" "$HISTORY" "$PRE_KILL_S" "$POST_KILL_S" "$DRAIN_S" "$CAUGHT_UP_MS" "$TM_REV" \
+    "$KSTREAMS_REV" "$KS_SHA") || true
+  [ -n "$FIRST_BLOCK" ] || exit 2 # the reason is on stderr
+  blog "continuing $NAME: runs 1–$n and blocks 1–$((FIRST_BLOCK - 1)) kept, blocks $FIRST_BLOCK–$((FIRST_BLOCK + BLOCKS - 1)) follow"
+else
+  : > "$RUNS"
+fi
 META="$(python3 -c 'import json, sys
 a = sys.argv[1:]
-print(json.dumps({"rate": int(a[0]), "history": int(a[1]), "pre_kill_s": int(a[2]), "post_kill_s": int(a[3]), "blocks": int(a[4]),
+series = json.loads(a[15]) + [{"blocks": int(a[4]), "first_block": int(a[14]), "first_run": int(a[16]) + 1, "command": a[17]}]
+print(json.dumps({"rate": int(a[0]), "history": int(a[1]), "pre_kill_s": int(a[2]), "post_kill_s": int(a[3]),
+                  "blocks": int(a[14]) - 1 + int(a[4]), "series": series,
                   "warmup": a[5] == "1", "drain_s": int(a[6]), "caught_up_ms": float(a[7]), "tidemark_rev": a[8], "tidemark_binary": a[9],
                   "kstreams_rev": a[10], "kstreams_jar_sha256_16": a[11], "kstreams_system": a[12], "kafka_port": int(a[13]),
-                  "order": "tidemark, ks, ks, tidemark per block", "target": "kill -9 → first action ≤ 1 s and ≥ 10× faster than Kafka Streams (EOS)"}))' \
+                  "order": "tidemark, ks, ks, tidemark per block", "target": "kill -9 → first action ≤ 1 s and ≥ 10× faster than Kafka Streams (EOS)",
+                  "command": a[17]}))' \
   "$RATE" "$HISTORY" "$PRE_KILL_S" "$POST_KILL_S" "$BLOCKS" "$WARMUP" "$DRAIN_S" "$CAUGHT_UP_MS" "$TM_REV" "$BIN_INFO" \
-  "$KSTREAMS_REV" "$KS_SHA" "$KS" "$KAFKA_PORT")"
+  "$KSTREAMS_REV" "$KS_SHA" "$KS" "$KAFKA_PORT" "$FIRST_BLOCK" "$SERIES" "$n" \
+  "$([ "${CONTINUE:-0}" = 1 ] && echo 'CONTINUE=1 ')bench/recovery_ab.sh $RATE $HISTORY $PRE_KILL_S $POST_KILL_S $BLOCKS")"
 summarise() { python3 "$BENCH/lib/recovery_ab.py" summary "$RUNS" "$RESULTS/$NAME.json" "$RESULTS/$NAME.png" --meta "$META"; }
 
-n=0
-TOTAL=$(( (WARMUP == 1 ? 2 : 0) + 4 * BLOCKS ))
+N0=$n
+TOTAL=$(( N0 + (WARMUP == 1 ? 2 : 0) + 4 * BLOCKS ))
 run_one() { # SYSTEM PHASE BLOCK
   local sys=$1 phase=$2 block=$3 id load pre rc=0
   wait_quiet
@@ -139,7 +177,7 @@ print("[bench]   first action %s, first new action %s, caught up %s, re-POSTs %d
 }
 
 if [ "$WARMUP" = 1 ]; then run_one tidemark warmup 0; run_one "$KS" warmup 0; fi
-for b in $(seq 1 "$BLOCKS"); do for s in tidemark "$KS" "$KS" tidemark; do run_one "$s" measured "$b"; done; done
+for b in $(seq "$FIRST_BLOCK" $((FIRST_BLOCK + BLOCKS - 1))); do for s in tidemark "$KS" "$KS" tidemark; do run_one "$s" measured "$b"; done; done
 summarise
 python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
