@@ -3,11 +3,11 @@
 # row "spike: 60 s at 200 k/s on a 20 k/s base — backlog inside the 10 s budget, scaled out if
 # needed" (staying within 10 s through that spike needs a drain of >= 167 k/s).
 #
-#   bench/spike_ab.sh [BASE=5000] [PRE_S=60] [SPIKE_S=60] [POST_S=30] [FACTOR=10] [BLOCKS=5]
-#   SPEC scale: DRAIN_S=300 bench/spike_ab.sh 20000 60 60 60 10 5   (see the times below)
+#   bench/spike_ab.sh [BASE=5000] [PRE_S=60] [SPIKE_S=60] [POST_S=90] [FACTOR=10] [BLOCKS=5]
+#   SPEC scale: bench/spike_ab.sh 20000 60 60 90 10 5   (see the times below)
 #
-# NOT RUN YET: written while the host was busy with other timing-sensitive runs; checked only
-# statically (bash -n; the summariser against synthetic raw files).
+# Run once as a one-block plumbing check (results/spike_ab_plumbing.*, 2026-12-02), not yet as a
+# series.
 #
 # Every run is one bench/spike.sh run with one system (SYSTEMS=tidemark or SYSTEMS=ks-eos):
 # BASE/s for PRE_S s, BASE × FACTOR/s for SPIKE_S s, BASE/s for POST_S s (`tidemark gen --paced`,
@@ -69,13 +69,18 @@
 #   (results/spike_5k.json). The verdict then says what this scale shows about the target and
 #   what it does not.
 # - SPIKE_S=60 as in the target (the budget arithmetic depends on it), PRE_S=60 (the pre-spike
-#   steady state, Kafka Streams warm), POST_S=30, DRAIN_S=240: Kafka Streams is ~2 M records
-#   behind at the spike's end at this scale and drains at ~13 k/s net.
-# Time: a tidemark run ~4 min (150 s of input, ~60 s lag hold, start and clean-up), a Kafka
-# Streams run ~5–7 min (20 s JVM start, 150 s input, up to DRAIN_S); the series (22 runs) about
-# 2–2.5 h with the quiet-load waits, at most ~3 h. At SPEC scale (14.4 M records per run) a
-# tidemark run is ~6 min and a Kafka Streams run ~9 min (it never catches up here: DRAIN_S is
-# spent in full): ~3–3.5 h, and ~15 GB of topics written and deleted per run.
+#   steady state, Kafka Streams warm), POST_S=90, DRAIN_S=60. "Caught up" needs actions, and
+#   actions need input: once the generator stops nothing more can be observed (the plumbing
+#   check, POST_S=10, saw Kafka Streams drain after its input had ended, with no action left to
+#   time). So the base input goes on for POST_S after the spike — 90 s covers tidemark's drain at
+#   this scale (~0.85 M records behind at ~36 k/s) — and DRAIN_S after the generator is short:
+#   without input it only adds lag readings. Kafka Streams is ~2.7 M records behind at the spike's
+#   end at this scale and drains at ~5 k/s net: it is "never" caught up within the run, which the
+#   result states as such (a bound, not a time).
+# Time: a tidemark run ~4.5 min (210 s of input, the stop rule, start and clean-up), a Kafka
+# Streams run ~5.5 min (20 s JVM start, 210 s input, DRAIN_S); the series (22 runs) about 2 h with
+# the quiet-load waits. At SPEC scale (15 M records per run) ~2.5–3 h, and ~16 GB of topics
+# written and deleted per run.
 #
 # Output: bench/results/$NAME.json (NAME=spike_ab; per system the median and min–max of each
 # measure, the ratios Kafka Streams / tidemark of the medians and per block, the key-set
@@ -87,8 +92,8 @@
 # .lag.jsonl.gz, and spike.sh's own result .json.gz (its plot .png only with KEEP_RUN_PNG=1).
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
-BASE="${1:-5000}"; PRE_S="${2:-60}"; SPIKE_S="${3:-60}"; POST_S="${4:-30}"; FACTOR="${5:-10}"; BLOCKS="${6:-5}"
-NAME="${NAME:-spike_ab}"; WARMUP="${WARMUP:-1}"; DRAIN_S="${DRAIN_S:-240}"; CAUGHT_UP_MS="${CAUGHT_UP_MS:-1000}"
+BASE="${1:-5000}"; PRE_S="${2:-60}"; SPIKE_S="${3:-60}"; POST_S="${4:-90}"; FACTOR="${5:-10}"; BLOCKS="${6:-5}"
+NAME="${NAME:-spike_ab}"; WARMUP="${WARMUP:-1}"; DRAIN_S="${DRAIN_S:-60}"; CAUGHT_UP_MS="${CAUGHT_UP_MS:-1000}"
 STOP_HOLD_S="${STOP_HOLD_S:-20}"; STOP_LAG_HOLD_S="${STOP_LAG_HOLD_S:-60}"
 QUIET_LOAD="${QUIET_LOAD:-2.5}"; QUIET_MAX_S="${QUIET_MAX_S:-60}"
 MIN_UNITS="${MIN_UNITS:-50}"; FACTOR_RULE="${FACTOR_RULE:-0.01}"; ALIGN_S="${ALIGN_S:-60}"; KEYS_MUST_MATCH="${KEYS_MUST_MATCH:-0}"
