@@ -73,10 +73,10 @@
 #   actions need input: once the generator stops nothing more can be observed (the plumbing
 #   check, POST_S=10, saw Kafka Streams drain after its input had ended, with no action left to
 #   time). So the base input goes on for POST_S after the spike — 90 s covers tidemark's drain at
-#   this scale (~0.85 M records behind at ~36 k/s) — and DRAIN_S after the generator is short:
-#   without input it only adds lag readings. Kafka Streams is ~2.7 M records behind at the spike's
-#   end at this scale and drains at ~5 k/s net: it is "never" caught up within the run, which the
-#   result states as such (a bound, not a time).
+#   this scale (backlog age < 1 s again 38 s after the spike's end in results/spike_5k.json) —
+#   and DRAIN_S after the generator is short: without input it only adds lag readings. Kafka
+#   Streams was still 89–94 s behind 80 s after that spike: it is expected to be "never" caught
+#   up within the run, which the result states as such (a bound, not a time).
 # Time: a tidemark run ~4.5 min (210 s of input, the stop rule, start and clean-up), a Kafka
 # Streams run ~5.5 min (20 s JVM start, 210 s input, DRAIN_S); the series (22 runs) about 2 h with
 # the quiet-load waits. At SPEC scale (15 M records per run) ~2.5–3 h, and ~16 GB of topics
