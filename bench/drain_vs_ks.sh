@@ -26,7 +26,12 @@
 #   VmHWM since the measured start. The whole JVM's wall and CPU (warm-up included) are kept
 #   as process_wall_s / process_cpu_s.
 # Per run also: events/s (events / drained time), CPU µs per event, the 1-minute load average
-# before the run. Checked per run: the set of action Idempotency-Keys equals the first run's
+# before the run, and the host over the processor's whole life (`host`: busy CPU seconds of all
+# CPUs, the hypervisor's steal in seconds and per cent, the broker's CPU seconds) — to tell a
+# slower host (steal) or a busier broker (log cleaner, page-cache misses) from a slower processor
+# when runs of the same input differ, as tidemark's did in the 548616b series (bimodal, ~30 %
+# more CPU per event in 4 of 10 runs). This VM exposes no hardware counters (perf: instructions
+# and cycles "not supported"), so work and clock speed cannot be split further here. Checked per run: the set of action Idempotency-Keys equals the first run's
 # (and, in the summary, the first measured run's): tidemark and Kafka Streams must agree, a
 # faster wrong system is not a result (KEYS_MUST_MATCH=0 records a difference instead of
 # stopping; the key lists are kept in results/raw/$NAME-keys-*.txt). POSTs re-sent under the
@@ -94,6 +99,7 @@ run_one() { # SYSTEM PHASE
   port="$(free_port)"; load="$(loadavg)"
   blog "run $n: $sys, $phase, load $load"
   python3 "$BENCH/lib/receiver.py" "$port" "$WORK/$id.actions" & recv=$!
+  local host0 broker0; host0="$(host_ticks)"; broker0="$(cpu_ticks "$BROKER_PID")"
   if [ "$sys" = tidemark ]; then
     topology_file "$WORK/$id.toml" "$id" "$PARTITIONS" act "http://127.0.0.1:$port/actions" 50 3.0 15 "$ORDERS"
     "$BIN" topics --bootstrap "$BOOT" --topology "$WORK/$id.toml" >/dev/null 2>&1
@@ -111,12 +117,15 @@ run_one() { # SYSTEM PHASE
     grep '"drained_ms"' "$WORK/$id.stdout" | tail -1 > "$WORK/$id.out"
     [ -s "$WORK/$id.out" ] || { blog "no drained_ms line from $id"; cat "$WORK/$id.stdout" >&2; tail -40 "$WORK/$id.log" >&2; exit 1; }
   fi
+  local host1 broker1; host1="$(host_ticks)"; broker1="$(cpu_ticks "$BROKER_PID")"
   kill "$recv"; wait "$recv" 2>/dev/null || true
   rm -rf "$WORK/state-$id"
   python3 - "$sys" "$phase" "$n" "$EVENTS" "$WORK/$id.time" "$WORK/$id.out" "$WORK/$id.actions" "$load" "$BIN_INFO" \
-    "$WORK/keys-$n.txt" "$WORK/keys-ref.txt" "$KEYS_MUST_MATCH" "$KS_INFO" > "$WORK/$id.json" <<'PY' || rc=$?
+    "$WORK/keys-$n.txt" "$WORK/keys-ref.txt" "$KEYS_MUST_MATCH" "$KS_INFO" "$host0" "$host1" "$broker0" "$broker1" "$CLK_TCK" \
+    > "$WORK/$id.json" <<'PY' || rc=$?
 import hashlib, json, os, shutil, sys
-sys_, phase, n, events, timef, outf, actions, load, bininfo, keysf, reff, must, ksinfo = sys.argv[1:]
+sys_, phase, n, events, timef, outf, actions, load, bininfo, keysf, reff, must, ksinfo = sys.argv[1:14]
+host0, host1, broker0, broker1, tck = sys.argv[14:19]
 events = int(events)
 wall, user, sys_s, rss = open(timef).read().split()[-4:]
 proc_cpu = float(user) + float(sys_s)
@@ -139,6 +148,14 @@ r.update(drained_s=round(drained, 3), events_per_s=round(events / drained), cpu_
          process_wall_s=float(wall), process_cpu_s=round(proc_cpu, 2), process_peak_rss_mb=round(int(rss) / 1024, 1),
          posts=len(posts), distinct_keys=len(keys), resent=len(posts) - len(keys),
          keys_sha256=hashlib.sha256("\n".join(keys).encode()).hexdigest(), loadavg_before=float(load))
+# the host over the whole process (for Kafka Streams its warm-up too): all CPUs' busy time, the
+# hypervisor's steal, and the broker's CPU (log cleaner, fetch serving) — to tell a slower host
+# or a busier broker from a slower processor when runs of the same input differ
+(b0, s0, t0), (b1, s1, t1) = [[int(x) for x in h.split()] for h in (host0, host1)]
+tck, ncpu = float(tck), os.cpu_count() or 1
+r["host"] = {"busy_cpu_s": round((b1 - b0) / tck, 2), "steal_s": round((s1 - s0) / tck, 2),
+             "steal_pct": round(100 * (s1 - s0) / max(1, t1 - t0), 2),
+             "broker_cpu_s": round((int(broker1) - int(broker0)) / tck, 2), "cpus": ncpu}
 if not os.path.exists(reff):
     shutil.copy(keysf, reff)
 ref = set(open(reff).read().split())

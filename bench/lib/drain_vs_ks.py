@@ -40,6 +40,8 @@ for s in ("tidemark", ks):
     if s != "tidemark":
         per_sys[s]["process_wall_s"] = spread([r["process_wall_s"] for r in rs])
         per_sys[s]["warmup_s"] = spread([r["warmup_s"] for r in rs])
+    if rs and all("host" in r for r in rs):  # runs recorded since the host counters were added
+        per_sys[s]["host"] = {k: spread([r["host"][k] for r in rs]) for k in ("steal_pct", "broker_cpu_s", "busy_cpu_s")}
 t_runs = [r for r in measured if r["system"] == "tidemark"]
 k_runs = [r for r in measured if r["system"] == ks]
 
