@@ -46,7 +46,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ab_summary as ab  # noqa: E402
-from caught_up import load_jsonl, opt, pick, spread  # noqa: E402
+from caught_up import load_jsonl, opt, pick, settled, spread  # noqa: E402
 
 PRE_KILL_SKIP_S = 10
 
@@ -57,19 +57,6 @@ def body_hash(a):
         return a["h"]
     body = a.get("body") if isinstance(a.get("body"), str) else json.dumps(a.get("body"), sort_keys=True)
     return hashlib.sha1((body or "").encode()).hexdigest()[:12]
-
-
-def settled(points, ok):
-    """points: [(t, value)] in time order; the first t from which ok(value) holds for every later
-    point (None if the last point fails or there are none)."""
-    cand = None
-    for t, v in points:
-        if ok(v):
-            if cand is None:
-                cand = t
-        else:
-            cand = None
-    return cand
 
 
 def run(args):
@@ -112,10 +99,10 @@ def run(args):
         pre_exact = None
     restart_rel = tr - tk
     post = [(t, p) for t, n, p, aft in per_s if aft]
-    cu = settled(post, lambda p: p < thr)
+    cu = settled(post, lambda p: p < thr, after=float("-inf"))
     pre = [p for t, n, p, aft in per_s if t0 + PRE_KILL_SKIP_S - tk <= t <= 0 and not aft]
     ceiling = max([thr] + pre)
-    own = settled(post, lambda p: p <= ceiling)
+    own = settled(post, lambda p: p <= ceiling, after=float("-inf"))
     pre_kill = {"seconds_with_actions": len(pre), "per_second_p99_median_ms": statistics.median(pre) if pre else None,
                 "per_second_p99_max_ms": max(pre) if pre else None}
     if pre_exact is not None:
