@@ -142,6 +142,20 @@ def compare_keys(runs, raw_dir):
     return out
 
 
+def steal_note(systems_out, systems):
+    """One line on the hypervisor's steal in each system's measured runs: CPU time this VM did not
+    get, which slows whichever system runs at the time (a noisy neighbour, not either system)."""
+    parts = []
+    for s in systems:
+        st = systems_out[s].get("steal_pct")
+        if st and st["median"] is not None:
+            parts.append(f"{s} median {st['median']:.1f} % ({st['min']:.1f}–{st['max']:.1f})")
+    if not parts:
+        return None
+    return ("host: the hypervisor took CPU time from this VM during the runs (steal, /proc/stat) — " + "; ".join(parts)
+            + ". Runs with high steal are slower for reasons outside both systems; compare them with care")
+
+
 def without(runs, series):
     """The runs without their long per-second series (they stay in the raw runs.jsonl)."""
     return [{k: v for k, v in r.items() if k not in series} for r in runs]

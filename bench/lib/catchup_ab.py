@@ -190,6 +190,8 @@ MEASURES = (
     ("observed_s", "observed for (s after the processor start)", False),
     ("backlog_produce_s", "backlog produced in (s)", False),
     ("loadavg_before", "1-minute load average before the run", False),
+    ("loadavg_mean", "mean 1-minute load average over the run", False),
+    ("steal_pct", "CPU time the hypervisor gave to others over the run, % of this VM's CPU time (/proc/stat steal)", False),
     ("cpu_s_processor", "processor CPU seconds over the run", False),
     ("peak_rss_mb", "processor peak RSS, MB", False),
     ("state_dir_mb", "state directory at the end, MB", False),
@@ -267,6 +269,9 @@ def summary(args):
     out["keys"] = ab.compare_keys(runs, opt(args, "--raw-dir"))
     out["keys"]["scope"] = "action keys of windows that start inside the backlog's event-time span (the live part's length differs per run)"
     out["verdicts"] = verdicts(out, meta, systems)
+    note = ab.steal_note(out["systems"], systems)
+    if note:
+        out["verdicts"].append(note)
     out["runs"] = ab.without(runs, ("per_second_p99", "lag_series"))
     with open(out_json, "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)

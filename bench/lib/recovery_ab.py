@@ -120,6 +120,7 @@ def run(args):
         ref["changelog_records_restored"] = res["changelog_restore_after_restart"].get("records_restored")
     r = res.get("resources", {})
     ref["cpu_s_processor"], ref["peak_rss_mb"], ref["loadavg_mean"] = r.get("cpu_s_processor"), r.get("peak_rss_mb"), r.get("loadavg_mean")
+    steal = r.get("steal_pct")
 
     prefix = opt(args, "--raw-out")  # without it (recomputing from the raw copies) nothing is written
     if prefix:
@@ -137,7 +138,7 @@ def run(args):
             "first_action_s": rnd(first), "first_new_action_s": rnd(first_new), "caught_up_s": rnd(cu),
             "caught_up_ms": thr, "back_to_pre_kill_s": rnd(own), "pre_kill_ceiling_ms": ceiling,
             "reposts_of_keys_seen_before_kill": len(reposts), "keys_reposted": len({a["key"] for a in reposts}),
-            "pre_kill": pre_kill, "outputs": outputs, "recovery_sh": ref,
+            "pre_kill": pre_kill, "outputs": outputs, "recovery_sh": ref, "steal_pct": steal,
             "per_second_p99": [[t, n, p] for t, n, p, aft in per_s if t >= -PRE_KILL_SKIP_S]}
     print(json.dumps(line))
     sys.exit(0 if outputs["ok"] else 3)
@@ -149,7 +150,8 @@ MEASURES = (("first_action_s", "kill → first action POSTed"),
             ("back_to_pre_kill_s", "kill → per-second p99 ≤ max(threshold, its own highest pre-kill per-second p99) to the end"),
             ("reposts_of_keys_seen_before_kill", "POSTs after the restart of keys POSTed before the kill"),
             ("restart_after_kill_s", "kill → restart (process reaped, new one started)"),
-            ("loadavg_before", "1-minute load average before the run"))
+            ("loadavg_before", "1-minute load average before the run"),
+            ("steal_pct", "CPU time the hypervisor gave to others over the run, % of this VM's CPU time (/proc/stat steal)"))
 TARGET_S = 1.0
 TARGET_RATIO = 10.0
 
@@ -166,7 +168,7 @@ def summary(args):
            "verdicts": [], "runs": ab.without(runs, ("per_second_p99",))}
     for s in systems:
         rs = [r for r in measured if r["system"] == s]
-        out["systems"][s] = {m: spread([r[m] for r in rs]) for m, _ in MEASURES}
+        out["systems"][s] = {m: spread([r.get(m) for r in rs], none_is_never=m != "steal_pct") for m, _ in MEASURES}
         out["systems"][s]["pre_kill_per_second_p99_median_ms"] = spread([r["pre_kill"]["per_second_p99_median_ms"] for r in rs])
         pk = out["systems"][s]["pre_kill_per_second_p99_median_ms"]
         thr = rs[0]["caught_up_ms"] if rs else 1000
@@ -215,6 +217,9 @@ def summary(args):
                     out["verdicts"].append(
                         f"kill -9 → {what} ≥ {TARGET_RATIO:g}× faster than {ks}: {'MET' if ok else 'MISSED'} "
                         f"({ks}/tidemark = {e['ratio_of_medians']:.1f}× of the medians, {k['median']:.2f} s / {t['median']:.2f} s; {rng})")
+    note = ab.steal_note(out["systems"], systems)
+    if note:
+        out["verdicts"].append(note)
     with open(out_json, "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
 

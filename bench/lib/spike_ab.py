@@ -204,6 +204,8 @@ MEASURES = (
     ("pre_spike_p99_median_ms", "median per-second p99 before the spike (its own steady state)", False),
     ("observed_after_spike_end_s", "observed this long after the spike's end", False),
     ("loadavg_before", "1-minute load average before the run", False),
+    ("loadavg_mean", "mean 1-minute load average over the run", False),
+    ("steal_pct", "CPU time the hypervisor gave to others over the run, % of this VM's CPU time (/proc/stat steal)", False),
     ("cpu_s_processor", "processor CPU seconds over the run", False),
     ("peak_rss_mb", "processor peak RSS, MB", False),
 )
@@ -280,6 +282,9 @@ def summary(args):
          "lag_below_1s_of_input_after_spike_end_s", "consumed_in_spike_per_s"))
     out["keys"] = ab.compare_keys(runs, opt(args, "--raw-dir"))
     out["verdicts"] = verdicts(out, meta, systems)
+    note = ab.steal_note(out["systems"], systems)
+    if note:
+        out["verdicts"].append(note)
     out["runs"] = ab.without(runs, ("per_second_p99", "lag_series", "backlog_age_series"))
     with open(out_json, "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
