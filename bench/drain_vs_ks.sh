@@ -97,7 +97,7 @@ run_one() { # SYSTEM PHASE
   wait_quiet
   n=$((n + 1)); id="$TAG.r$n-$sys"
   port="$(free_port)"; load="$(loadavg)"
-  blog "run $n: $sys, $phase, load $load"
+  blog "run $n: $sys, $phase, load $load, steal ${QUIET_STEAL}% (waited ${QUIET_WAITED}s)"
   python3 "$BENCH/lib/receiver.py" "$port" "$WORK/$id.actions" & recv=$!
   local host0 broker0; host0="$(host_ticks)"; broker0="$(cpu_ticks "$BROKER_PID")"
   if [ "$sys" = tidemark ]; then

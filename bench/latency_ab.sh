@@ -33,7 +33,7 @@ run_one() { # SIDE PHASE
   wait_quiet
   n=$((n + 1))
   local out; out="$(mktemp)"
-  blog "run $n: side $side ($cfg), $phase, load $(loadavg)"
+  blog "run $n: side $side ($cfg), $phase, load $(loadavg), steal ${QUIET_STEAL}% (waited ${QUIET_WAITED}s)"
   # shellcheck disable=SC2086 # the assignments are meant to split
   env $cfg LATENCY_OUT="$out" LATENCY_RAW="$RAW/$NAME-$n.ms" bash "$BENCH/latency.sh" "$RATE" "$SECS" >/dev/null
   line="$(tail -1 "$out")"; rm -f "$out"

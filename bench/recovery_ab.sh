@@ -142,7 +142,7 @@ run_one() { # SYSTEM PHASE BLOCK
   local sys=$1 phase=$2 block=$3 id load pre rc=0
   wait_quiet
   n=$((n + 1)); id="$(printf 'r%02d' "$n")"; load="$(loadavg)"; pre="$TMP/$id"
-  blog "run $n/$TOTAL: $sys, $phase, block $block, load $load"
+  blog "run $n/$TOTAL: $sys, $phase, block $block, load $load, steal ${QUIET_STEAL}% (waited ${QUIET_WAITED}s)"
   if ! env SYSTEMS="$sys" NAME="raw/$NAME-$id-$sys" RAW_OUT="$pre" DRAIN_S="$DRAIN_S" \
       TIDEMARK_BIN="$BIN" TIDEMARK_REV="$TM_REV" KSTREAMS_JAR="$KSTREAMS_JAR" \
       bash "$BENCH/recovery.sh" "$RATE" "$HISTORY" "$PRE_KILL_S" "$POST_KILL_S" > "$pre.log" 2>&1; then

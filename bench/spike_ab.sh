@@ -149,7 +149,7 @@ run_one() { # SYSTEM PHASE BLOCK
   local sys=$1 phase=$2 block=$3 id load pre rc=0 line work
   wait_quiet
   n=$((n + 1)); id="$(printf 'r%02d' "$n")"; load="$(loadavg)"; pre="$TMP/$id"
-  blog "run $n/$TOTAL: $sys, $phase, block $block, load $load (waited ${QUIET_WAITED}s)"
+  blog "run $n/$TOTAL: $sys, $phase, block $block, load $load, steal ${QUIET_STEAL}% (waited ${QUIET_WAITED}s)"
   if ! env SYSTEMS="$sys" NAME="raw/$NAME-$id-$sys" RAW_OUT="$pre" DRAIN_S="$DRAIN_S" STOP_RULE=caught_up \
       CAUGHT_UP_MS="$CAUGHT_UP_MS" STOP_HOLD_S="$STOP_HOLD_S" STOP_LAG_HOLD_S="$STOP_LAG_HOLD_S" ALIGN_S="$ALIGN_S" \
       MIN_UNITS="$MIN_UNITS" FACTOR_RULE="$FACTOR_RULE" TIDEMARK_BIN="$BIN" TIDEMARK_REV="$TM_REV" KSTREAMS_JAR="$KSTREAMS_JAR" \
