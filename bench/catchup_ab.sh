@@ -5,8 +5,8 @@
 #   bench/catchup_ab.sh [N=3000000] [LIVE_RATE=5000] [MAX_S=480] [BLOCKS=5]
 #   SPEC scale: bench/catchup_ab.sh 12000000 20000 600 5   (see the times below)
 #
-# NOT RUN YET: written while the host was busy with other timing-sensitive runs; checked only
-# statically (bash -n; the summariser against synthetic raw files).
+# Run: a one-block plumbing check (results/catchup_ab_plumbing.*) and the series
+# `bench/catchup_ab.sh 1000000 5000 180 5` (results/catchup_ab.*, 2026-12-02; bench/README.md).
 #
 # Every run is one bench/catchup.sh run with one system (SYSTEMS=tidemark or SYSTEMS=ks-eos): N
 # order records (~1 KiB, seed 11) produced as fast as possible into fresh topics, then the live
