@@ -31,7 +31,8 @@
 # slower host (steal) or a busier broker (log cleaner, page-cache misses) from a slower processor
 # when runs of the same input differ, as tidemark's did in the 548616b series (bimodal, ~30 %
 # more CPU per event in 4 of 10 runs). This VM exposes no hardware counters (perf: instructions
-# and cycles "not supported"), so work and clock speed cannot be split further here. Checked per run: the set of action Idempotency-Keys equals the first run's
+# and cycles "not supported"), so work and clock speed cannot be split further here.
+# Checked per run: the set of action Idempotency-Keys equals the first run's
 # (and, in the summary, the first measured run's): tidemark and Kafka Streams must agree, a
 # faster wrong system is not a result (KEYS_MUST_MATCH=0 records a difference instead of
 # stopping; the key lists are kept in results/raw/$NAME-keys-*.txt). POSTs re-sent under the

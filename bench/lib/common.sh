@@ -116,10 +116,10 @@ PY
 
 # CPU ticks (utime+stime, incl. reaped children) of a pid; 0 if gone.
 cpu_ticks() { awk '{print $14+$15+$16+$17}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-# Host-wide steal ticks and total ticks from /proc/stat.
-steal_total() { awk '/^cpu /{t=0; for(i=2;i<=NF;i++) t+=$i; print $9, t}' /proc/stat; }
 # Host-wide busy (all but idle and iowait), steal and total ticks from /proc/stat.
 host_ticks() { awk '/^cpu /{t=0; for(i=2;i<=NF;i++) t+=$i; print t - $5 - $6, $9, t}' /proc/stat; }
+# Host-wide steal ticks and total ticks (the last two of host_ticks).
+steal_total() { host_ticks | cut -d' ' -f2-; }
 CLK_TCK=$(getconf CLK_TCK)
 # Peak RSS (kB) of a live pid.
 peak_rss_kb() { awk '/VmHWM/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }

@@ -336,11 +336,11 @@ def plot(path, measured, systems, meta):
           "back_to_own_level_after_spike_end_s", "lag_below_1s_of_input_after_spike_end_s")
     labels = ("peak p99\n(s)", "peak backlog\nage (s)", "peak lag ÷ base\n(s of input)", "spike end →\ncaught up (s)",
               "spike end →\nown level (s)", "spike end →\nlag < 1 s (s)")
-    vals = [r[m] / (1000 if m == "peak_p99_ms" else 1) for r in measured for m in ms if r.get(m) is not None]
 
-    def value(r, m):
+    def value(r, m):  # seconds, like every other column
         x = r.get(m)
         return None if x is None else x / 1000 if m == "peak_p99_ms" else x
+    vals = [v for r in measured for m in ms if (v := value(r, m)) is not None]
     ab.dot_strip(ax3, measured, systems, ms, labels, max(vals + [10.0]) * 1.5,
                  skip=lambda s, m: s != "tidemark" and m in TIDEMARK_ONLY, value=value, floor=0.05,
                  never=lambda m: m in ("caught_up_after_spike_end_s", "back_to_own_level_after_spike_end_s",
