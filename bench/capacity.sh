@@ -80,27 +80,34 @@ run_one() { # CONFIG PHASE BLOCK
   "$BIN" topics --bootstrap "$BOOT" --topology "$WORK/$id.toml" >/dev/null 2>&1
   local load; load="$(loadavg)"
   host0="$(host_ticks)"; broker0="$(cpu_ticks "$BROKER_PID")"
-  local pids=() args
+  local pids=() samplers=() args mport child
   for k in $(seq 0 $((pods - 1))); do
-    args=()
+    args=(); mport="$(free_port)"
     if [ "$pods" -gt 1 ]; then args=(--replicas "$pods" --instance-id "$id-$k"); fi
     TIDEMARK_WEBHOOK_SECRET=bench-signing-key taskset -c "$CORE" /usr/bin/time -f '%e %U %S %M' -o "$WORK/$id-$k.time" \
       "$BIN" run --bootstrap "$BOOT" --topology "$WORK/$id.toml" --state-dir "$WORK/state-$id-$k" --group "$id" \
-      --exit-at-end --log warn "${args[@]}" 2> "$WORK/$id-$k.log" >/dev/null &
+      --exit-at-end --log warn --http-addr "127.0.0.1:$mport" "${args[@]}" 2> "$WORK/$id-$k.log" >/dev/null &
     pids+=($!)
+    child=""; for _ in $(seq 1 50); do child="$(pgrep -P "$!" -n || true)"; [ -n "$child" ] && break; sleep 0.02; done
+    taskset -c "$OTHER" python3 "$BENCH/lib/sampler.py" "$WORK/$id-$k.samples" --url "http://127.0.0.1:$mport/metrics" \
+      --pid "pod=${child:-0}" --interval 0.5 & samplers+=($!)
   done
   for k in "${!pids[@]}"; do
     wait "${pids[$k]}" || { blog "run $run pod $k failed"; tail -20 "$WORK/$id-$k.log" >&2; exit 1; }
   done
   host1="$(host_ticks)"; broker1="$(cpu_ticks "$BROKER_PID")"
+  kill "${samplers[@]}" 2>/dev/null || true; wait "${samplers[@]}" 2>/dev/null || true
   kill "$RECV"; wait "$RECV" 2>/dev/null || true; RECV=""
   rm -rf "$WORK"/state-"$id"-*
-  python3 - "$run" "$config" "$phase" "$block" "$EVENTS" "$WORK/$id.actions" "$load" "$QUIET_STEAL" "$QUIET_WAITED" \
+  BENCH="$BENCH" python3 - "$run" "$config" "$phase" "$block" "$EVENTS" "$WORK/$id.actions" "$load" "$QUIET_STEAL" "$QUIET_WAITED" \
       "$host0" "$host1" "$broker0" "$broker1" "$(getconf CLK_TCK)" "$WORK/$id"-*.time <<'PY' | tee -a "$WORK/runs.jsonl" >&2
-import hashlib, json, sys
+import hashlib, json, os, sys
+sys.path.insert(0, os.path.join(os.environ["BENCH"], "lib"))
+from capacity import steady_window
 (run, config, phase, block, events, actions, load, steal_before, waited,
  host0, host1, broker0, broker1, tck), times = sys.argv[1:15], sys.argv[15:]
 events, tck = int(events), float(tck)
+steady = steady_window([t[: -len(".time")] + ".samples" for t in times], events, tck)
 pods = []
 for t in times:
     wall, user, sys_s, rss = open(t).read().split()[-4:]
@@ -114,6 +121,7 @@ print(json.dumps({
     "wall_s": wall, "events_per_s": round(events / wall), "cpu_s": round(cpu, 2),
     "cpu_us_per_event": round(cpu / events * 1e6, 2), "core_busy": round(cpu / wall, 3),
     "peak_rss_mb": round(sum(p["peak_rss_mb"] for p in pods), 1), "per_pod": pods,
+    "steady": steady,
     "broker_cpu_s": round((int(broker1) - int(broker0)) / tck, 2),
     "broker_us_per_event": round((int(broker1) - int(broker0)) / tck / events * 1e6, 2),
     "posts": len(keys), "distinct_keys": len(set(keys)), "resent": len(keys) - len(set(keys)),
