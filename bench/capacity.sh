@@ -33,7 +33,9 @@
 # Outputs checked in every run: the set of action keys (both pods' POSTs together) equals that
 # of the first measured run, else the script stops (a faster wrong configuration is no result);
 # re-sent POSTs are counted.
-# Output: bench/results/$NAME.json, $NAME.png; raw: bench/results/raw/$NAME-runs.jsonl.
+# Output: bench/results/$NAME.json, $NAME.png; raw: bench/results/raw/$NAME-runs.jsonl and per run
+# and pod the sampler's lines, raw/$NAME-rNN-podK.samples.jsonl.gz (the steady window is
+# recomputable from them with lib/capacity.py's steady_window).
 # Time: ~1 min per run at 1 M events (~25 min for 22 runs).
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
@@ -47,7 +49,7 @@ TM_REV="${BIN_INFO#* * * }"
 broker_up
 TAG="cap-$(date +%s)"
 WORK="$(mktemp -d "/tmp/bench-$TAG.XXXX")"
-RECV=""
+RECV=""; RAW="$RESULTS/raw"; mkdir -p "$RAW"
 cleanup() {
   if [ -n "$RECV" ]; then kill "$RECV" 2>/dev/null || true; fi
   taskset -a -p -c "0-$((NCPU - 1))" "$BROKER_PID" >/dev/null 2>&1 || true
@@ -99,6 +101,9 @@ run_one() { # CONFIG PHASE BLOCK
   kill "${samplers[@]}" 2>/dev/null || true; wait "${samplers[@]}" 2>/dev/null || true
   kill "$RECV"; wait "$RECV" 2>/dev/null || true; RECV=""
   rm -rf "$WORK"/state-"$id"-*
+  for k in $(seq 0 $((pods - 1))); do
+    if [ -f "$WORK/$id-$k.samples" ]; then gzip -c "$WORK/$id-$k.samples" > "$RAW/$NAME-r$(printf %02d "$run")-pod$k.samples.jsonl.gz"; fi
+  done
   BENCH="$BENCH" python3 - "$run" "$config" "$phase" "$block" "$EVENTS" "$WORK/$id.actions" "$load" "$QUIET_STEAL" "$QUIET_WAITED" \
       "$host0" "$host1" "$broker0" "$broker1" "$(getconf CLK_TCK)" "$WORK/$id"-*.time <<'PY' | tee -a "$WORK/runs.jsonl" >&2
 import hashlib, json, os, sys
@@ -132,8 +137,7 @@ PY
 }
 run_one 1pod warmup 0; run_one 2pods warmup 0
 for b in $(seq 1 "$BLOCKS"); do for c in 1pod 2pods 2pods 1pod; do run_one "$c" measured "$b"; done; done
-mkdir -p "$RESULTS/raw"
-cp "$WORK/runs.jsonl" "$RESULTS/raw/$NAME-runs.jsonl"
+cp "$WORK/runs.jsonl" "$RAW/$NAME-runs.jsonl"
 python3 "$BENCH/lib/capacity.py" "$WORK/runs.jsonl" "$WORK/gen.json" "$RESULTS/$NAME.json" "$RESULTS/$NAME.png" \
   --rev "$TM_REV" --core "$CORE" --broker-cpus "$OTHER" --command "bench/capacity.sh $EVENTS $BLOCKS" \
   --drain-ref "$RESULTS/drain_vs_ks.json"
