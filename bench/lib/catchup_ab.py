@@ -25,7 +25,7 @@ Times are from the processor's start (tidemark's exec, the JVM's exec: start-up 
   (N + live records offered in that time) / that time;
 - the lag as reference, same basis for both (lib/caught_up.py lag_series): time until the lag
   stayed below LIVE_RATE records (one second of input) to the end, and the net and processed rates
-  over that time; for tidemark also the criterion catchup.sh reports (backlog age < 1 s on every
+  over that time; for tidemark also the criterion catchup.sh reports (backlog age < 1 s on every input
   partition and lag < LIVE_RATE, `time_to_backlog_age_below_1s_s`), for Kafka Streams the JVM's
   start → state RUNNING;
 - live_p99_after_drain: the per-second p99s from 10 s after the lag drained to the end (median,
@@ -86,7 +86,7 @@ def run(args):
     lag_t = cu.settled(lag, lambda v: v < live, after=ts + 1)
     if system == "tidemark":
         consumed = [(s["t"], cu.records_total(s)) for s in samples if s.get("up") and cu.records_total(s) is not None]
-        ages = [(s["t"], max(s["backlog_age"].values()) if s.get("backlog_age") else None,
+        ages = [(s["t"], cu.input_backlog_age(s),
                  sum((s.get("lag") or {}).values()) if s.get("lag") else None) for s in samples if s.get("up")]
         age_t = cu.settled([(t, (a, l)) for t, a, l in ages], lambda v: v[0] is not None and v[1] is not None and v[0] < 1
                            and v[1] < live, after=ts + 1)

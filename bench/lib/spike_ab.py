@@ -19,7 +19,8 @@ Times are epoch seconds inside, seconds after the spike's start (`t_rel`) or end
 - peak_p99_ms: the highest per-second append→2xx p99 from 10 s after the generator's start to
   the end (lib/caught_up.py: exact per action for tidemark from the receiver's log, the
   dispatcher's per-second HdrHistogram for Kafka Streams), and when it happened;
-- peak_backlog_age_s (tidemark): max over partitions and samples of tidemark_backlog_age_seconds;
+- peak_backlog_age_s (tidemark): max over input partitions (orders, inventory) and samples of
+  tidemark_backlog_age_seconds (caught_up.input_backlog_age);
   Kafka Streams has no such gauge: its lag is the measure;
 - peak_lag_records / peak_lag_s_of_base (÷ BASE: seconds of base input): tidemark's input lag
   (tidemark_consumer_lag_records), Kafka Streams' committed lag of orders (its sku-repartition
@@ -107,7 +108,7 @@ def run(args):
     if system == "tidemark":
         lag = cu.lag_tidemark(samples)
         rep = []
-        ages = [(s["t"], max(s["backlog_age"].values())) for s in samples if s.get("up") and s.get("backlog_age")]
+        ages = [(s["t"], cu.input_backlog_age(s)) for s in samples if s.get("up") and cu.input_backlog_age(s) is not None]
         consumed = [(s["t"], cu.records_total(s)) for s in samples if s.get("up") and cu.records_total(s) is not None]
     else:
         kl = cu.lag_ks(ks_lag)
