@@ -38,13 +38,7 @@ cleanup() {
 trap cleanup EXIT
 BIN="${BINS[$REV_A]}"
 ORDERS="$TAG.orders"
-topology_file "$WORK/topology-gen.toml" "$TAG" "$PARTITIONS" act "http://127.0.0.1:1/actions" 50 3.0 15 "$ORDERS"
-"$BIN" topics --bootstrap "$BOOT" --topology "$WORK/topology-gen.toml" >&2
-blog "generating $EVENTS events of ~${EVENT_BYTES:-1024} B into $ORDERS ($PARTITIONS partitions)"
-"$BIN" gen --bootstrap "$BOOT" --orders-topic "$ORDERS" --inventory-topic "$TAG.inventory" --events "$EVENTS" \
-  --rate 20000 --seed 1 --start "$(date -u -d '-30 min' +%Y-%m-%dT%H:%M:%SZ)" --inventory-every 0 \
-  --event-bytes "${EVENT_BYTES:-1024}" > "$WORK/gen.json"
-sync; sleep 5
+drain_log "$TAG" "$ORDERS" "$EVENTS" "$PARTITIONS" "$WORK" "$WORK/gen.json"
 
 : > "$WORK/runs.jsonl"
 run_one() { # REV PHASE

@@ -114,6 +114,20 @@ open(out, "w").write(t)
 PY
 }
 
+# The drain benchmarks' input (drain_ab.sh, capacity.sh): the topics of TAG (orders topic ORDERS,
+# PARTITIONS partitions) and EVENTS records of ~EVENT_BYTES (1024) in it: seed 1, event times from
+# half an hour ago at 20 k/s, no inventory records. The generator's summary goes to GEN_JSON.
+drain_log() { # TAG ORDERS EVENTS PARTITIONS WORK GEN_JSON
+  local tag=$1 orders=$2 events=$3 parts=$4 work=$5 gen=$6
+  topology_file "$work/topology-gen.toml" "$tag" "$parts" act "http://127.0.0.1:1/actions" 50 3.0 15 "$orders"
+  "$BIN" topics --bootstrap "$BOOT" --topology "$work/topology-gen.toml" >&2
+  blog "generating $events events of ~${EVENT_BYTES:-1024} B into $orders ($parts partitions)"
+  "$BIN" gen --bootstrap "$BOOT" --orders-topic "$orders" --inventory-topic "$tag.inventory" --events "$events" \
+    --rate 20000 --seed 1 --start "$(date -u -d '-30 min' +%Y-%m-%dT%H:%M:%SZ)" --inventory-every 0 \
+    --event-bytes "${EVENT_BYTES:-1024}" > "$gen"
+  sync; sleep 5
+}
+
 # CPU ticks (utime+stime, incl. reaped children) of a pid; 0 if gone.
 cpu_ticks() { awk '{print $14+$15+$16+$17}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # Host-wide busy (all but idle and iowait), steal and total ticks from /proc/stat.
