@@ -6,8 +6,8 @@
 #   bench/spike_ab.sh [BASE=5000] [PRE_S=60] [SPIKE_S=60] [POST_S=90] [FACTOR=10] [BLOCKS=5]
 #   SPEC scale: bench/spike_ab.sh 20000 60 60 90 10 5   (see the times below)
 #
-# Run once as a one-block plumbing check (results/spike_ab_plumbing.*, 2026-12-02), not yet as a
-# series.
+# Measured with the method on 2026-12-02 (results/spike_ab.*, bench/README.md "Spike against Kafka
+# Streams EOS"); plumbing check results/spike_ab_plumbing.*.
 #
 # Every run is one bench/spike.sh run with one system (SYSTEMS=tidemark or SYSTEMS=ks-eos):
 # BASE/s for PRE_S s, BASE × FACTOR/s for SPIKE_S s, BASE/s for POST_S s (`tidemark gen --paced`,
