@@ -108,7 +108,7 @@ def run(args):
     if system == "tidemark":
         lag = cu.lag_tidemark(samples)
         rep = []
-        ages = [(s["t"], cu.input_backlog_age(s)) for s in samples if s.get("up") and cu.input_backlog_age(s) is not None]
+        ages = [(s["t"], a) for s in samples if s.get("up") and (a := cu.input_backlog_age(s)) is not None]
         consumed = [(s["t"], cu.records_total(s)) for s in samples if s.get("up") and cu.records_total(s) is not None]
     else:
         kl = cu.lag_ks(ks_lag)

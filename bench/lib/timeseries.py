@@ -13,7 +13,10 @@ Latency quantiles over time come from deltas of the cumulative Prometheus bucket
 `tidemark_latency_seconds{segment="end_to_end"}` (append→2xx) between two samples WINDOW
 seconds apart (default 5 s), interpolated linearly within a bucket; "max" is the upper bound
 of the highest bucket that gained an observation (so it is an upper bound at bucket
-resolution). Backlog age is the maximum over partitions of `tidemark_backlog_age_seconds`.
+resolution). Backlog age is the maximum of `tidemark_backlog_age_seconds` over the input
+partitions (orders, inventory; as caught_up.input_backlog_age): the repartition topics' marks
+keep their own ages at 1–2 s while healthy. Results summarised before 2026-12-02 took every
+partition the sampler kept, the combine-repartition topic included.
 
 `recovery-ks` summarises one Kafka Streams run of the recovery scenario (the baseline's
 per-second latency log, its committed-offset lag log, its `[ks] t=... state/restore` stderr
@@ -133,7 +136,7 @@ def series(samples, t0, window=5.0):
             dr = s["counters"].get("records_total", 0) - prev["counters"].get("records_total", 0)
             if dt > 0 and dr >= 0:
                 rate = dr / dt
-        ages = list(s.get("backlog_age", {}).values())
+        ages = [v for k, v in s.get("backlog_age", {}).items() if k.split("[", 1)[0] in ("orders", "inventory")]
         lags = list(s.get("lag", {}).values())
         out.append({
             "t": round(s["t"] - t0, 2), "up": True,
