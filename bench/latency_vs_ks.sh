@@ -22,9 +22,9 @@
 # Kafka Streams fell behind at 20 k/s on this host in every earlier run (it drains ~10–18 k/s
 # with the host to itself): at that rate its p99 says how far behind it got, which the verdict
 # says; `bench/latency_vs_ks.sh 5000` is the rate both keep.
-# Not yet run end to end (written 2026-12-02 while the spike series held the host; its summariser
-# was checked on the spike plumbing series' raw runs). First run: a plumbing check, e.g.
-# `NAME=latency_vs_ks_plumbing WARMUP=0 bench/latency_vs_ks.sh 2000 30 1`.
+# Run once as a plumbing check (2026-12-02: `NAME=latency_vs_ks_plumbing WARMUP=0
+# bench/latency_vs_ks.sh 2000 30 1`, results/latency_vs_ks_plumbing.*; 1 block, not the method),
+# not yet as a series.
 # Output: bench/results/$NAME.json, $NAME.png; raw as spike_ab.sh (results/raw/$NAME-*).
 # Time: ~2.5 min per tidemark run, ~3 min per Kafka Streams run at 90 s: ~1 h for 22 runs.
 set -euo pipefail

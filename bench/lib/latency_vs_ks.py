@@ -101,7 +101,8 @@ def verdicts(out, systems, rate):
         if kp is not None:
             line += ": " + ("met" if kp <= TARGET_MS else f"missed, {kp / TARGET_MS:.1f}×")
             if ps:
-                line += f"; Kafka Streams / tidemark of the per-second p99 medians: {kp / ps:.2f}"
+                line += (f"; Kafka Streams / tidemark of the per-second p99 medians: {kp / ps:.2f}"
+                         + (" (Kafka Streams lower)" if kp < ps else " (tidemark lower)"))
         if kept is not None and kept < k["runs"]:
             line += " (a run that did not keep up has a p99 that says how far behind it was, not a steady latency)"
         v.append(line)
@@ -133,6 +134,8 @@ def summary(args):
         out["systems"], flat, systems, ("per_second_p99_median_ms", "per_second_p99_max_ms"))
     out["keys"] = ab.compare_keys(runs, raw_dir)
     out["verdicts"] = verdicts(out, systems, rate)
+    if meta.get("method_note"):
+        out["verdicts"].insert(0, meta["method_note"])
     out["runs"] = ab.without(runs, ("per_second_p99", "lag_series", "backlog_age_series"))
     with open(out_json, "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
