@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 
+from caught_up import spread
 from timeseries import ensure_mpl
 
 CONFIGS = ("1pod", "2pods")
@@ -31,10 +32,6 @@ SPIKE_RATE, BUDGET_S, SPIKE_S = 200_000, 10, 60
 NEEDED = SPIKE_RATE * (1 - BUDGET_S / SPIKE_S)  # 166,667/s: the record read at the spike's end is <= 10 s old
 MEASURES = ("steady_events_per_s", "steady_cpu_us_per_event", "steady_core_busy", "events_per_s", "cpu_us_per_event", "core_busy",
             "wall_s", "broker_us_per_event", "peak_rss_mb", "steal_pct", "loadavg_before")
-
-
-def spread(xs):
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
 def corr(xs, ys):
@@ -129,7 +126,7 @@ def main():
     per = {}
     for c in CONFIGS:
         rs = [r for r in measured if r["config"] == c]
-        per[c] = {m: spread([r[m] for r in rs]) for m in MEASURES if all(r[m] is not None for r in rs)}
+        per[c] = {m: spread([r[m] for r in rs], none_is_never=False) for m in MEASURES if all(r[m] is not None for r in rs)}
         per[c]["runs"] = len(rs)
         per[c]["steal_vs_events_per_s_r"] = corr([r["steal_pct"] for r in rs], [r[P + "events_per_s"] for r in rs])
     one, two = per["1pod"], per["2pods"]

@@ -150,13 +150,15 @@ def plot(path, measured, systems, rate):
     if not plt:
         return
     fig, ax = plt.subplots(figsize=(10, 4.5))
+    labelled = set()
     for r in measured:
         a, b = window_of(r)
         s0 = r["marks_epoch"]["spike_start"]
         pts = [(s0 + t - r["marks_epoch"]["t0"], n, p) for t, n, p in r["per_second_p99"]
                if t is not None and a <= s0 + t <= b]
         ab.p99_line(ax, pts, 3, color=ab.color(r["system"]), alpha=.5, lw=1,
-                    label=r["system"] if r is next(x for x in measured if x["system"] == r["system"]) else None)
+                    label=None if r["system"] in labelled else r["system"])
+        labelled.add(r["system"])
     ax.axhline(TARGET_MS, color="red", ls="--", lw=1, label=f"target {TARGET_MS} ms")
     ax.set_yscale("log")
     ax.set_xlabel("s since the generator's start")

@@ -26,6 +26,9 @@ run), `recovery` writes only the Kafka Streams part.
 """
 import json, math, os, subprocess, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from caught_up import input_backlog_age  # noqa: E402
+
 SEG = "end_to_end"
 
 
@@ -136,13 +139,13 @@ def series(samples, t0, window=5.0):
             dr = s["counters"].get("records_total", 0) - prev["counters"].get("records_total", 0)
             if dt > 0 and dr >= 0:
                 rate = dr / dt
-        ages = [v for k, v in s.get("backlog_age", {}).items() if k.split("[", 1)[0] in ("orders", "inventory")]
+        age = input_backlog_age(s)
         lags = list(s.get("lag", {}).values())
         out.append({
             "t": round(s["t"] - t0, 2), "up": True,
             "n": (d[-1][1] if d else 0),
             "p50_ms": ms(quantile(d, 0.5)), "p99_ms": ms(quantile(d, 0.99)), "max_ms": ms(hist_max(d)),
-            "backlog_age_s": max(ages) if ages else None,
+            "backlog_age_s": age,
             "lag_records": sum(lags) if lags else None,
             "consumed_per_s": None if rate is None else round(rate),
         })
