@@ -22,9 +22,9 @@
 # Kafka Streams fell behind at 20 k/s on this host in every earlier run (it drains ~10–18 k/s
 # with the host to itself): at that rate its p99 says how far behind it got, which the verdict
 # says; `bench/latency_vs_ks.sh 5000` is the rate both keep.
-# Run once as a plumbing check (2026-12-02: `NAME=latency_vs_ks_plumbing WARMUP=0
-# bench/latency_vs_ks.sh 2000 30 1`, results/latency_vs_ks_plumbing.*; 1 block, not the method),
-# not yet as a series.
+# Measured with the method on 2026-12-02 (`bench/latency_vs_ks.sh 20000 90 5`, tidemark 548616b,
+# results/latency_vs_ks.*, bench/README.md "Action latency at 20k/s against Kafka Streams EOS");
+# a plumbing check before it: `NAME=latency_vs_ks_plumbing WARMUP=0 bench/latency_vs_ks.sh 2000 30 1`.
 # Output: bench/results/$NAME.json, $NAME.png; raw as spike_ab.sh (results/raw/$NAME-*).
 # Time: ~2.5 min per tidemark run, ~3 min per Kafka Streams run at 90 s: ~1 h for 22 runs.
 set -euo pipefail

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Summary and plot of bench/drain_vs_ks.sh: tidemark against Kafka Streams, A-B-B-A drains.
 
-    drain_vs_ks.py RUNS.jsonl GEN.json GEN_WARMUP.json MACHINE_JSON KS_LABEL RESULT.json PLOT.png KEYS_MUST_MATCH COMMAND
+    drain_vs_ks.py RUNS.jsonl GEN.json GEN_WARMUP.json MACHINE_JSON KS_LABEL RESULT.json PLOT.png KEYS_MUST_MATCH COMMAND [STEAL_MAX_PCT]
 
-Measured runs only (warm-ups are listed, not counted). Per system: median, min and max of the
+Measured runs only (warm-ups, and runs discarded for steal above STEAL_MAX_PCT, are listed, not
+counted; the discarded ones also under `steal_ceiling`). Per system: median, min and max of the
 drained time, events/s, CPU seconds, CPU µs per event, peak RSS and the load average before.
 Ratios (> 1 = tidemark better): events/s tidemark / KS; CPU per event and peak RSS KS /
 tidemark; each as the ratio of the medians with the min–max over every tidemark × KS pair of
@@ -18,7 +19,8 @@ import sys
 
 from timeseries import ensure_mpl
 
-runs_path, gen_path, gen_warm_path, machine, ks, out_json, out_png, must, command = sys.argv[1:]
+runs_path, gen_path, gen_warm_path, machine, ks, out_json, out_png, must, command = sys.argv[1:10]
+steal_max = sys.argv[10] if len(sys.argv) > 10 and sys.argv[10] else None
 runs = [json.loads(line) for line in open(runs_path) if line.strip()]
 measured = [r for r in runs if r["phase"] == "measured"]
 ref = measured[0]
@@ -73,6 +75,13 @@ result = {
                 "key_sets_equal_in_every_run": not differ, "runs_with_other_keys": differ,
                 "resent_posts": {f"run {r['run']} {r['system']} {r['phase']}": r["resent"] for r in runs if r["resent"]}},
     "systems": per_sys,
+    "steal_ceiling": None if steal_max is None else {
+        "max_pct": float(steal_max),
+        "discarded": [{"run": r["run"], "system": r["system"], "steal_pct": r["host"]["steal_pct"]}
+                      for r in runs if r["phase"] == "discarded-steal"],
+        "counted_above_ceiling": [{"run": r["run"], "system": r["system"], "steal_pct": r["host"]["steal_pct"]}
+                                  for r in measured if r.get("steal_above_ceiling")],
+    },
     "ratios_tidemark_better_above_1": {
         "events_per_s (tidemark / ks)": ratio("events_per_s", True),
         "cpu_us_per_event (ks / tidemark)": ratio("cpu_us_per_event", False),
