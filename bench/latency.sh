@@ -67,13 +67,15 @@ TIDEMARK_WEBHOOK_SECRET="${TIDEMARK_WEBHOOK_SECRET:-bench-signing-key}" \
   --http-addr "127.0.0.1:$HTTP_PORT" --log warn 2> "$WORK/run.log" & TM_PID=$!
 for _ in $(seq 1 60); do curl -sf "127.0.0.1:$HTTP_PORT/readyz" >/dev/null && break; sleep 1; done
 blog "producing $EVENTS events at $RATE/s (open loop)"
+STEAL0="$(steal_total)"
 "$BIN" gen --bootstrap "$BOOT" --orders-topic "$RUN.orders" --inventory-topic "$RUN.inventory" --events "$EVENTS" \
   --rate "$RATE" --paced --start now --seed 3 --skus 2000 --inventory-every 1000 > "$WORK/gen.json" 2> "$WORK/gen.log"
 sleep 10
 curl -sf "127.0.0.1:$HTTP_PORT/metrics" > "$WORK/metrics.txt"
-python3 - "$WORK/metrics.txt" "$RATE" "$SECS" "$WORK/actions.jsonl" "$(loadavg)" "$BIN_INFO" "${IDLE_SKEW:-2s}" "${COMMIT_INTERVAL:-200ms}" <<'PY' | tee -a "${LATENCY_OUT:-$RESULTS/latency.jsonl}"
+python3 - "$WORK/metrics.txt" "$RATE" "$SECS" "$WORK/actions.jsonl" "$(loadavg)" "$BIN_INFO" "${IDLE_SKEW:-2s}" "${COMMIT_INTERVAL:-200ms}" \
+  "$STEAL0" "$(steal_total)" <<'PY' | tee -a "${LATENCY_OUT:-$RESULTS/latency.jsonl}"
 import json, re, sys
-page, rate, secs, actions, load, build, idle_skew, commit_interval = sys.argv[1:]
+page, rate, secs, actions, load, build, idle_skew, commit_interval, steal0, steal1 = sys.argv[1:]
 broken = sum(float(l.split()[-1]) for l in open(page) if l.startswith("tidemark_merge_broken_promises_total"))
 buckets = {}
 for line in open(page):
@@ -93,6 +95,9 @@ def q(bs, p):
 out = {"bench": "latency", "rate": int(rate), "seconds": int(secs), "actions": sum(1 for _ in open(actions)),
        "loadavg_at_end": float(load), "build": build, "idle_skew": idle_skew, "commit_interval": commit_interval,
        "merge_broken_promises": broken, "quantiles_ms": {}}
+# The hypervisor's steal over the generator's run and the 10 s after it (host-wide, /proc/stat).
+(s0, t0), (s1, t1) = [[int(x) for x in v.split()] for v in (steal0, steal1)]
+out["steal_pct"] = round(100 * (s1 - s0) / max(1, t1 - t0), 2)
 for seg, bs in sorted(buckets.items()):
     out["quantiles_ms"][seg] = {k: (None if v is None else round(v * 1000, 1)) for k, v in (("p50", q(bs, .5)), ("p99", q(bs, .99)))} | {"count": int(sorted(bs)[-1][1])}
 # Exact append→2xx per action from the receiver's log (the tidemark-source-append-time header

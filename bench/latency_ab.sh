@@ -11,8 +11,8 @@
 # BENCH_REV). One warm-up run of each (discarded), then BLOCKS blocks of A B B A. QUIET_LOAD
 # (default 2.5) waits up to QUIET_MAX_S (default 120) before each run for the 1-minute load
 # average to fall below it; the load before each run is recorded either way.
-# Output: bench/results/$NAME.json (per side: median and spread of exact p50/p99/p99.9 over
-# the measured runs, and of the pooled samples), raw lines bench/results/raw/$NAME-runs.jsonl,
+# Output: bench/results/$NAME.json (per side: median and spread of exact p50/p99/p99.9 and of
+# the hypervisor's steal over the measured runs, and the pooled samples' quantiles), raw lines bench/results/raw/$NAME-runs.jsonl,
 # per-action samples bench/results/raw/$NAME-<run>.ms, plot bench/results/$NAME.png.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"

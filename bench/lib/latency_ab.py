@@ -25,17 +25,19 @@ samples = {}
 for r in runs:
     ms = [int(x) for x in open(f"{raw_prefix}-{r['run']}.ms") if x.strip()]
     exact = r.get("end_to_end_exact_ms", {})
-    summary["runs"].append({k: r.get(k) for k in ("run", "side", "config", "phase", "build", "loadavg_at_end", "merge_broken_promises", "outputs")}
+    summary["runs"].append({k: r.get(k) for k in ("run", "side", "config", "phase", "build", "loadavg_at_end", "steal_pct", "merge_broken_promises", "outputs")}
                            | {"p50_ms": exact.get("p50"), "p99_ms": exact.get("p99"), "p999_ms": exact.get("p999")})
     if r["phase"] != "measured":
         continue
     samples.setdefault(r["side"], []).extend(ms)
-    side = summary["sides"].setdefault(r["side"], {"config": r["config"], "build": r["build"], "p50_ms": [], "p99_ms": [], "p999_ms": [], "broken_promises": 0})
+    side = summary["sides"].setdefault(r["side"], {"config": r["config"], "build": r["build"], "p50_ms": [], "p99_ms": [], "p999_ms": [],
+                                                   "steal_pct": [], "broken_promises": 0})
     for q in ("p50", "p99", "p999"):
         side[f"{q}_ms"].append(exact.get(q))
+    side["steal_pct"].append(r.get("steal_pct"))  # runs since latency.sh records it; None before
     side["broken_promises"] += r.get("merge_broken_promises") or 0
 for name, side in summary["sides"].items():
-    for q in ("p50_ms", "p99_ms", "p999_ms"):
+    for q in ("p50_ms", "p99_ms", "p999_ms", "steal_pct"):
         side[q] = spread(side[q])
     pooled = sorted(samples[name])
     side["pooled_ms"] = {"count": len(pooled), "p50": pick(pooled, .5), "p99": pick(pooled, .99), "p999": pick(pooled, .999), "max": pooled[-1] if pooled else None}
