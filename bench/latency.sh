@@ -73,9 +73,9 @@ STEAL0="$(steal_total)"
 sleep 10
 curl -sf "127.0.0.1:$HTTP_PORT/metrics" > "$WORK/metrics.txt"
 python3 - "$WORK/metrics.txt" "$RATE" "$SECS" "$WORK/actions.jsonl" "$(loadavg)" "$BIN_INFO" "${IDLE_SKEW:-2s}" "${COMMIT_INTERVAL:-200ms}" \
-  "$STEAL0" "$(steal_total)" <<'PY' | tee -a "${LATENCY_OUT:-$RESULTS/latency.jsonl}"
+  "$(steal_pct_between "$STEAL0" "$(steal_total)")" <<'PY' | tee -a "${LATENCY_OUT:-$RESULTS/latency.jsonl}"
 import json, re, sys
-page, rate, secs, actions, load, build, idle_skew, commit_interval, steal0, steal1 = sys.argv[1:]
+page, rate, secs, actions, load, build, idle_skew, commit_interval, steal_pct = sys.argv[1:]
 broken = sum(float(l.split()[-1]) for l in open(page) if l.startswith("tidemark_merge_broken_promises_total"))
 buckets = {}
 for line in open(page):
@@ -94,10 +94,9 @@ def q(bs, p):
         prev_le, prev_n = le, n
 out = {"bench": "latency", "rate": int(rate), "seconds": int(secs), "actions": sum(1 for _ in open(actions)),
        "loadavg_at_end": float(load), "build": build, "idle_skew": idle_skew, "commit_interval": commit_interval,
-       "merge_broken_promises": broken, "quantiles_ms": {}}
-# The hypervisor's steal over the generator's run and the 10 s after it (host-wide, /proc/stat).
-(s0, t0), (s1, t1) = [[int(x) for x in v.split()] for v in (steal0, steal1)]
-out["steal_pct"] = round(100 * (s1 - s0) / max(1, t1 - t0), 2)
+       "merge_broken_promises": broken, "quantiles_ms": {},
+       # the hypervisor's steal over the generator's run and the 10 s after it (host-wide)
+       "steal_pct": float(steal_pct)}
 for seg, bs in sorted(buckets.items()):
     out["quantiles_ms"][seg] = {k: (None if v is None else round(v * 1000, 1)) for k, v in (("p50", q(bs, .5)), ("p99", q(bs, .99)))} | {"count": int(sorted(bs)[-1][1])}
 # Exact append→2xx per action from the receiver's log (the tidemark-source-append-time header

@@ -50,8 +50,11 @@ loadavg() { cut -d' ' -f1 /proc/loadavg; }
 # the physical host got instead of us. No load average shows it; it was 0.2–49 % per run in the
 # 2026-12-01/02 series.
 steal_pct_over() {
-  local a b; a="$(steal_total)"; sleep "$1"; b="$(steal_total)"
-  awk -v a="$a" -v b="$b" 'BEGIN{split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; printf "%.1f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0)}'
+  local a; a="$(steal_total)"; sleep "$1"; steal_pct_between "$a" "$(steal_total)" 1
+}
+# The steal between two `steal_total` readings A and B, in % of this VM's CPU time (DECIMALS, 2).
+steal_pct_between() {
+  awk -v a="$1" -v b="$2" -v p="${3:-2}" 'BEGIN{split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; printf "%.*f", p, (d > 0 ? 100 * (y[1] - x[1]) / d : 0)}'
 }
 # Waits up to QUIET_MAX_S (default 60) for the 1-minute load average to fall below QUIET_LOAD
 # (2.5) and the steal over the last step below QUIET_STEAL_PCT (10), in 10 s steps after a 5 s
