@@ -15,10 +15,34 @@ WORKDIR /src
 COPY . .
 # BuildKit cache mounts keep the registry and the (long: RocksDB + librdkafka) build
 # between image builds; the binary is copied out of the cached target dir in the same step.
+#
+# Stripped binary, debug info split off. The release profile keeps line tables
+# (`debug = "line-tables-only"` in Cargo.toml), so target/release/tidemark is ~509 MB, nearly
+# all of it DWARF. The image gets a copy without debug sections and without a symbol table
+# (`objcopy --strip-all`, what `strip`/`install -s` do; ~25 MB). The debug sections and the
+# symbol table go to a separate file that stays in this stage, at
+# /usr/lib/debug/usr/local/bin/tidemark.debug. The binary's `.gnu_debuglink` section names that
+# file (with its CRC), and gdb looks it up there by default. The file in the target dir is read
+# and never changed, so the cached build stays valid. To get the debug file out:
+#   docker build --target debug --output type=local,dest=./tidemark-debug .
+# then `addr2line -f -C -e ./tidemark-debug/tidemark.debug ADDR`, or put it next to a copy of
+# the binary for gdb. Cost: a panic backtrace printed by the image's binary has no function
+# names (there is no symbol table); `RUST_BACKTRACE=full` prints the addresses, which
+# addr2line resolves with that file once the load address is subtracted (the binary is PIE).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin tidemark \
- && install -m 0755 target/release/tidemark /usr/local/bin/tidemark
+ && mkdir -p /usr/lib/debug/usr/local/bin \
+ && objcopy --only-keep-debug target/release/tidemark /usr/lib/debug/usr/local/bin/tidemark.debug \
+ && objcopy --strip-all --add-gnu-debuglink=/usr/lib/debug/usr/local/bin/tidemark.debug \
+      target/release/tidemark /usr/local/bin/tidemark \
+ && chmod 0755 /usr/local/bin/tidemark
+
+# ---- debug info (optional, never in the image) ----------------------------------------
+# `docker build --target debug --output type=local,dest=DIR .` writes DIR/tidemark.debug.
+# A plain `docker build` builds the last stage (runtime) and skips this one.
+FROM scratch AS debug
+COPY --from=builder /usr/lib/debug/usr/local/bin/tidemark.debug /tidemark.debug
 
 # ---- runtime -------------------------------------------------------------------------
 FROM debian:bookworm-slim
