@@ -91,7 +91,7 @@ fn run() -> anyhow::Result<bool> {
             let seed = args.seed + 100 * round + i as u64;
             let r = scenario::run(&env, sc, seed);
             eprintln!(
-                "[chaos] {} seed {}: {} (kills {}, actions {}, lost {}, wrong {}, duplicate POSTs {}/{} allowed, dashboard/finance mismatches {}/{}, dead letters missing/unexpected {}/{}, totals {})",
+                "[chaos] {} seed {}: {} (kills {}, actions {}, lost {}, wrong {}, duplicate POSTs {} over {} key(s) excused by a crash and {} not, dashboard/finance mismatches {}/{}, dead letters missing/unexpected {}/{}, totals {})",
                 r.scenario,
                 r.seed,
                 if r.passed { "PASS" } else { "FAIL" },
@@ -100,7 +100,8 @@ fn run() -> anyhow::Result<bool> {
                 r.lost.len(),
                 r.wrong.len(),
                 r.duplicate_posts,
-                r.allowed_duplicate_posts,
+                r.duplicate_keys_excused.len(),
+                r.duplicate_keys_unexcused.len(),
                 r.dashboard_mismatches,
                 r.finance_mismatches,
                 r.dead_letters_missing,
@@ -109,6 +110,17 @@ fn run() -> anyhow::Result<bool> {
             );
             if let Some(e) = &r.error {
                 eprintln!("[chaos]   error: {e}");
+            }
+            for k in r.duplicate_keys_unexcused.iter().take(20) {
+                let under_way = if k.under_way_at.is_empty() {
+                    "no process had it under way when it ended".to_string()
+                } else {
+                    format!("under way at {} (not an excusing crash)", k.under_way_at.join("; "))
+                };
+                eprintln!("[chaos]   duplicate, no crash explains it: {} ({} POSTs; {under_way})", k.key, k.posts);
+            }
+            if r.duplicate_keys_unexcused.len() > 20 {
+                eprintln!("[chaos]   … {} more in the report", r.duplicate_keys_unexcused.len() - 20);
             }
             reports.push(r);
         }
@@ -132,6 +144,7 @@ fn run() -> anyhow::Result<bool> {
         "lost": reports.iter().map(|r| r.lost.len()).sum::<usize>(),
         "wrong": reports.iter().map(|r| r.wrong.len()).sum::<usize>(),
         "duplicate_posts": reports.iter().map(|r| r.duplicate_posts).sum::<usize>(),
+        "duplicate_keys_unexcused": reports.iter().map(|r| r.duplicate_keys_unexcused.len()).sum::<usize>(),
         "reports": reports,
     });
     let mut f = std::fs::File::create(&args.report)?;

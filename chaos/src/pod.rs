@@ -16,6 +16,9 @@ pub struct Pod {
     group: String,
     pub port: u16,
     log: PathBuf,
+    /// Where the current (or last) process's output begins in the log, which every start
+    /// appends to: its segment for [`Pod::process_log`].
+    process_log_start: u64,
     child: Option<Child>,
     /// Restarts so far (each start after the first).
     pub restarts: u32,
@@ -52,6 +55,7 @@ impl Pod {
             group: group.to_string(),
             port: free_port()?,
             log: dir.join(format!("{name}.log")),
+            process_log_start: 0,
             child: None,
             restarts: 0,
             replicas: Some(1),
@@ -100,6 +104,7 @@ impl Pod {
         if self.child.is_none() && self.log_len() > 0 {
             self.restarts += 1;
         }
+        self.process_log_start = self.log_len();
         self.child = Some(cmd.spawn().with_context(|| format!("starting pod {}", self.name))?);
         Ok(())
     }
@@ -116,6 +121,12 @@ impl Pod {
         String::from_utf8_lossy(&bytes[start..]).into_owned()
     }
 
+    /// What the current (or last) process logged: from its start to now, or to its end once
+    /// it is gone.
+    pub fn process_log(&self) -> String {
+        self.log_since(self.process_log_start)
+    }
+
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {
             Some(c) => matches!(c.try_wait(), Ok(None)),
@@ -130,12 +141,13 @@ impl Pod {
         Some(status)
     }
 
-    pub fn sigkill(&mut self) -> anyhow::Result<()> {
-        if let Some(mut c) = self.child.take() {
-            c.kill()?;
-            c.wait()?;
-        }
-        Ok(())
+    /// SIGKILL and reap the process; returns whether there was one (it may have exited
+    /// already, unreaped: it is gone either way).
+    pub fn sigkill(&mut self) -> anyhow::Result<bool> {
+        let Some(mut c) = self.child.take() else { return Ok(false) };
+        c.kill()?;
+        c.wait()?;
+        Ok(true)
     }
 
     /// SIGTERM and wait for the graceful exit; returns whether it was clean and in time.

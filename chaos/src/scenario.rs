@@ -12,7 +12,7 @@ use tidemark::dispatch::testkit::{Behaviour, TestServer};
 use tidemark::kafka::KafkaSettings;
 
 use crate::broker::Broker;
-use crate::checker::{self, ScenarioReport};
+use crate::checker::{self, ProcessEnd, ScenarioReport};
 use crate::history;
 use crate::pod::{input_lag, metric_sum, Pod};
 use crate::takeover::{self, Takeover, WARM_LOG};
@@ -263,14 +263,23 @@ const CALM_FOR: Duration = Duration::from_secs(3);
 
 /// Waits until every pod is caught up, nothing is pending in any outbox, and the endpoint
 /// has been quiet for `quiet`.
-fn settle(pods: &mut [Pod], server: &TestServer, quiet: Duration, limit: Duration) -> anyhow::Result<()> {
+/// A pod found gone is recorded in `ends` and started again.
+fn settle(
+    pods: &mut [Pod],
+    server: &TestServer,
+    quiet: Duration,
+    limit: Duration,
+    ends: &mut Ends,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut last = (usize::MAX, Instant::now());
     let mut calm_since: Option<Instant> = None;
     loop {
         for pod in pods.iter_mut() {
             if !pod.is_running() {
-                pod.reap();
+                if let Some(status) = pod.reap() {
+                    ends.record(pod, &format!("{} exited by itself ({status})", pod.name), !status.success());
+                }
                 pod.start(None)?;
             }
         }
@@ -345,9 +354,11 @@ fn actions_of(server: &TestServer) -> BTreeMap<String, Vec<checker::Post>> {
     let mut m: BTreeMap<String, Vec<checker::Post>> = BTreeMap::new();
     for r in server.requests() {
         let acknowledged = matches!(r.answered, Some(s) if (200..300).contains(&s) || s == 409);
-        m.entry(r.header("idempotency-key").unwrap_or_default().to_string())
-            .or_default()
-            .push(checker::Post { body: r.body, acknowledged });
+        m.entry(r.header("idempotency-key").unwrap_or_default().to_string()).or_default().push(checker::Post {
+            body: r.body,
+            acknowledged,
+            arrived: r.arrived,
+        });
     }
     m
 }
@@ -416,6 +427,9 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
         standbys: sc.standbys,
     };
     let mut faulty = pods(env, sc.pods, &faulty_topo, &faulty_group, &mode)?;
+    // Every faulty process that ends, with what its log had under way: the crashes that may
+    // repeat a POST.
+    let mut ends = Ends::new();
     for p in faulty.iter_mut() {
         p.microbatch = sc.microbatch;
         p.start(None)?;
@@ -427,7 +441,8 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     let spawn = |i: usize| pod(env, i, sc.pods, &faulty_topo, &faulty_group, &mode);
     let mut survivors = Vec::new();
     for fault in &sc.faults {
-        inject(env, *fault, &mut faulty, &spawn, &faulty_server, &mut rng, report, &generator, &mut survivors)?;
+        let mut cx = Faults { report: &mut *report, survivors: &mut survivors, ends: &mut ends };
+        inject(env, *fault, &mut faulty, &spawn, &faulty_server, &mut rng, &generator, &mut cx)?;
     }
     generator.join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
     if sc.faults.contains(&Fault::AppendTwice) {
@@ -436,26 +451,25 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
         report.faults.push(format!("appended the whole log again ({n} order records)"));
     }
     faulty_server.set_behaviour(Behaviour::Ok);
-    settle(&mut faulty, &faulty_server, Duration::from_secs(5), Duration::from_secs(180))?;
+    settle(&mut faulty, &faulty_server, Duration::from_secs(5), Duration::from_secs(180), &mut ends)?;
     if sc.faults.contains(&Fault::WipeState) {
+        // Rebuilt from the log (or imported from snapshots), the pod re-derives every action:
+        // those completed must be recalled, not sent again. Only what the kill caught under
+        // way may go again, as after any crash.
         let pod = &mut faulty[0];
-        pod.sigkill()?;
+        if pod.sigkill()? {
+            ends.record(pod, &format!("SIGKILL {} (its state directory then deleted)", pod.name), true);
+        }
         pod.wipe_state()?;
         report.kills += 1;
         report.faults.push(format!("{}: state directory deleted while down", pod.name));
         pod.start(None)?;
-        settle(&mut faulty, &faulty_server, Duration::from_secs(5), Duration::from_secs(180))?;
-        if sc.snapshots {
-            // Restored from a snapshot: only what was under way at the kill may go again.
-            report.allowed_duplicate_posts += IN_FLIGHT_PER_CRASH;
-        } else {
-            // A rebuilt pod re-derives every action with the same key and payload; the
-            // endpoint sees them again (idempotent by key). Allowed, and counted.
-            report.allowed_duplicate_posts += faulty_server.request_count();
-        }
+        settle(&mut faulty, &faulty_server, Duration::from_secs(5), Duration::from_secs(180), &mut ends)?;
     }
     for p in faulty.iter_mut() {
-        if !p.sigterm(Duration::from_secs(30))? {
+        let clean = p.sigterm(Duration::from_secs(30))?;
+        ends.stopped(p, "final SIGTERM", clean);
+        if !clean {
             report.faults.push(format!("{}: final SIGTERM did not end cleanly", p.name));
         }
     }
@@ -494,25 +508,54 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     let mut reference =
         pods(env, 1, &reference_topo, &format!("r{seed}"), &Mode { group: false, snapshots: None, standbys: false })?;
     reference[0].start(None)?;
-    settle(&mut reference, &reference_server, Duration::from_secs(5), Duration::from_secs(180))?;
+    settle(&mut reference, &reference_server, Duration::from_secs(5), Duration::from_secs(180), &mut Ends::new())?;
     reference[0].sigterm(Duration::from_secs(30))?;
 
-    // A POST after an acknowledgement is allowed only as a redelivery the processes counted.
+    // For reading only: a POST after an acknowledgement needs a crash that caught its key.
     report.redeliveries = faulty.iter().map(Pod::redeliveries).sum();
-    report.allowed_duplicate_posts += report.redeliveries;
     // Micro-batch computes no actions: only its rows are compared.
     let actions = |s: &TestServer| if sc.microbatch { BTreeMap::new() } else { actions_of(s) };
     let reference_out = checker::collect(&settings, &reference_topics, actions(&reference_server))?;
     let faulty_out = checker::collect(&settings, &faulty_topics, actions(&faulty_server))?;
     let expected = checker::expectations(&settings, &faulty_topics.orders)?;
-    checker::check(report, &reference_out, &faulty_out, &expected);
+    checker::check(report, &reference_out, &faulty_out, &expected, &ends.list);
     Ok(())
 }
 
-/// The dispatcher's concurrency (`[endpoints] max_in_flight`): the most POSTs a SIGKILL can
-/// catch between an endpoint's answer and the outbox update, which a pod restored from a
-/// snapshot (with no local row to count a redelivery by) may send again.
-const IN_FLIGHT_PER_CRASH: usize = 32;
+/// The faulty pods' process ends so far, each with the keys its log had under way.
+struct Ends {
+    started: Instant,
+    list: Vec<ProcessEnd>,
+}
+
+impl Ends {
+    fn new() -> Self {
+        Ends { started: Instant::now(), list: Vec::new() }
+    }
+
+    /// Records the end of `pod`'s last process, which is gone (killed and reaped, aborted,
+    /// exited): now, and the keys its own log segment shows posted with no stored outcome.
+    fn record(&mut self, pod: &Pod, what: &str, crash: bool) {
+        let at = Instant::now();
+        let what = format!("{what} at {:.1} s", at.duration_since(self.started).as_secs_f64());
+        self.list.push(ProcessEnd { what, at, crash, at_risk: checker::at_risk(&pod.process_log()) });
+    }
+
+    /// Records a SIGTERM stop: a crash unless it ended cleanly in time (an unclean one may have
+    /// been SIGKILLed after the grace period).
+    fn stopped(&mut self, pod: &Pod, why: &str, clean: bool) {
+        let what = format!("{why} {}: {}", pod.name, if clean { "clean exit" } else { "NOT clean" });
+        self.record(pod, &what, !clean);
+    }
+}
+
+/// What a fault writes to besides the pods.
+struct Faults<'a> {
+    report: &'a mut ScenarioReport,
+    /// Where the surviving pods' logs stood at a kill (scenarios with standbys read past it).
+    survivors: &'a mut Vec<LogMark>,
+    ends: &'a mut Ends,
+}
 
 /// Whether a fault landed while the history was still being produced.
 fn input_state(generator: &std::thread::JoinHandle<anyhow::Result<()>>) -> &'static str {
@@ -565,17 +608,19 @@ fn inject(
     spawn: &dyn Fn(usize) -> anyhow::Result<Pod>,
     server: &TestServer,
     rng: &mut ChaCha8Rng,
-    report: &mut ScenarioReport,
     generator: &std::thread::JoinHandle<anyhow::Result<()>>,
-    survivors: &mut Vec<LogMark>,
+    cx: &mut Faults<'_>,
 ) -> anyhow::Result<()> {
+    let Faults { report, survivors, ends } = cx;
     let pause = |rng: &mut ChaCha8Rng, lo: u64, hi: u64| Duration::from_millis(rng.gen_range(lo..hi));
     match fault {
         Fault::RandomKills(n) => {
             for _ in 0..n {
                 std::thread::sleep(pause(rng, 400, 1800));
                 let i = rng.gen_range(0..pods.len());
-                pods[i].sigkill()?;
+                if pods[i].sigkill()? {
+                    ends.record(&pods[i], &format!("SIGKILL {}", pods[i].name), true);
+                }
                 report.kills += 1;
                 report.faults.push(format!("SIGKILL {}", pods[i].name));
                 std::thread::sleep(pause(rng, 200, 1200));
@@ -587,19 +632,25 @@ fn inject(
             for fp in points {
                 let at = rng.gen_range(1..4);
                 let pod = &mut pods[0];
-                pod.sigkill()?;
+                // Killed to be started again with the failpoint armed: a crash like any other.
+                if pod.sigkill()? {
+                    ends.record(pod, &format!("SIGKILL {} to arm {fp}={at}", pod.name), true);
+                }
                 pod.start(Some(&format!("{fp}={at}")))?;
                 let started = Instant::now();
                 let mut died = false;
                 while started.elapsed() < Duration::from_secs(10) {
-                    if pod.reap().is_some() {
+                    // Polled every 50 ms: the abort is recorded at most that late, with the
+                    // log as the process left it.
+                    if let Some(status) = pod.reap() {
+                        ends.record(pod, &format!("{} aborted at {fp}={at} ({status})", pod.name), true);
                         died = true;
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                if !died {
-                    pod.sigkill()?;
+                if !died && pod.sigkill()? {
+                    ends.record(pod, &format!("SIGKILL {}: {fp}={at} not reached in 10 s", pod.name), true);
                 }
                 report.kills += 1;
                 report.faults.push(format!(
@@ -634,6 +685,7 @@ fn inject(
                 std::thread::sleep(pause(rng, 300, 1500));
                 let i = rng.gen_range(0..pods.len());
                 let clean = pods[i].sigterm(Duration::from_secs(30))?;
+                ends.stopped(&pods[i], "SIGTERM", clean);
                 report.faults.push(format!(
                     "SIGTERM {}: {}",
                     pods[i].name,
@@ -657,6 +709,7 @@ fn inject(
             while pods.len() > n {
                 let Some(mut p) = pods.pop() else { break };
                 let clean = p.sigterm(Duration::from_secs(30))?;
+                ends.stopped(&p, "scale down: SIGTERM", clean);
                 report.faults.push(format!(
                     "scale down: {} leaves ({})",
                     p.name,
@@ -674,9 +727,10 @@ fn inject(
             let i = rng.gen_range(0..pods.len());
             let mut p = pods.remove(i);
             survivors.extend(marks(pods));
-            p.sigkill()?;
+            if p.sigkill()? {
+                ends.record(&p, &format!("SIGKILL {}, never restarted", p.name), true);
+            }
             report.kills += 1;
-            report.allowed_duplicate_posts += IN_FLIGHT_PER_CRASH;
             report.faults.push(format!("SIGKILL {}, never restarted ({})", p.name, input_state(generator)));
         }
         Fault::VolumeLost => {
@@ -685,10 +739,11 @@ fn inject(
             anyhow::ensure!(pods.len() > 1, "a lost volume needs another pod to take over");
             let i = rng.gen_range(0..pods.len());
             survivors.extend(marks(pods).into_iter().filter(|m| m.pod != pods[i].name));
-            pods[i].sigkill()?;
+            if pods[i].sigkill()? {
+                ends.record(&pods[i], &format!("SIGKILL {}, state directory then deleted", pods[i].name), true);
+            }
             pods[i].wipe_state()?;
             report.kills += 1;
-            report.allowed_duplicate_posts += IN_FLIGHT_PER_CRASH;
             report.faults.push(format!(
                 "SIGKILL {}, state directory deleted ({})",
                 pods[i].name,
