@@ -323,13 +323,14 @@ pub struct GenArgs {
     /// Pad events to about this many bytes (0 = no padding).
     #[arg(long, default_value_t = 1024)]
     pub event_bytes: usize,
-    /// Write records to this file (`topic<TAB>key<TAB>value` lines) instead of Kafka.
+    /// Write records to this file instead of Kafka: JSON lines `{"topic":…,"key":…,"value":…}`,
+    /// the value as a JSON string (docs/formats.md, "tidemark gen").
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Orders topic (when producing to Kafka).
+    /// Orders topic (the `topic` field with --out).
     #[arg(long, default_value = "orders")]
     pub orders_topic: String,
-    /// Inventory topic (when producing to Kafka).
+    /// Inventory topic (the `topic` field with --out).
     #[arg(long, default_value = "inventory")]
     pub inventory_topic: String,
     /// Pace production in wall-clock time at the simulated rate (open loop) instead of as

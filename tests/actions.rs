@@ -443,10 +443,14 @@ fn partitions_taken_away_and_given_back_after_new_records_arrived_fire_the_actio
     wait_for(Duration::from_secs(60), "a to die at its first assignment", || a.0.try_wait().ok().flatten());
     generate(&s.orders, &gen_actions_later());
 
-    sent_as_one_process_would(&rt, &s, &all_act, &server, port_b);
+    let got = sent_as_one_process_would(&rt, &s, &all_act, &server, port_b);
     let log = std::fs::read_to_string(s._state.path().join("b").with_extension("log")).unwrap_or_default();
     let gave_up = log.lines().any(|l| l.contains("revoked partitions=[") && !l.contains("revoked partitions=[]"));
     assert!(gave_up, "b gave partitions up");
+    // A died before it was handed anything, so it POSTed nothing: no crash window, no repeat.
+    for (key, bodies) in &got {
+        assert_eq!(bodies.len(), 1, "{key} was POSTed {} times", bodies.len());
+    }
     drop(b);
 }
 
@@ -552,4 +556,92 @@ fn a_member_gone_for_good_hands_its_partitions_to_the_standby_tasks_of_the_other
         assert_eq!(bodies.len(), 1, "{key} was POSTed {} times", bodies.len());
     }
     drop(b);
+}
+
+/// A member of a group that moves state through snapshots in `snapshots` (no standbys, no
+/// periodic rounds within a test: only the hand-over exports), metrics on `port`, its
+/// deliveries logged.
+fn snapshot_member(s: &Scenario, group: &str, n: &str, port: u16, snapshots: &std::path::Path) -> Running {
+    let state = s._state.path().join(n);
+    let (stderr, log) = log_beside(&state);
+    let mut c = member_command(&s.topo, &state, group, &format!("{group}-{n}"));
+    c.args(["--session-timeout", "6s", "--http-addr", &format!("127.0.0.1:{port}"), "--admin-addr", "off"])
+        .arg("--snapshot-dir")
+        .arg(snapshots)
+        .args(["--snapshot-interval", "1h"])
+        .env("TIDEMARK_LOG", "info,tidemark::dispatch=debug")
+        .stderr(stderr);
+    Running(c.spawn().expect("spawn"), Some(log))
+}
+
+/// The SKU partitions the member serving `port` owns, if it answers.
+fn sku_owned(port: u16) -> Option<usize> {
+    let (_, page) = http("GET", port, "/metrics")?;
+    Some(
+        metric(&page, "tidemark_partition_owned")
+            .iter()
+            .filter(|(l, v)| l.contains("sku-repartition") && *v == 1.0)
+            .count(),
+    )
+}
+
+/// The member serving `port` has nothing left to do: every SKU partition owned, no input
+/// lag, no action pending, twice in a row.
+fn settled_alone(port: u16, sku_partitions: usize) -> Option<()> {
+    let quiet = || {
+        let lag = gauge_at(port, "tidemark_consumer_lag_records")?;
+        let pending = gauge_at(port, "tidemark_outbox_pending")?;
+        (sku_owned(port)? == sku_partitions && lag == 0.0 && pending == 0.0).then_some(())
+    };
+    quiet()?;
+    std::thread::sleep(Duration::from_secs(1));
+    quiet()
+}
+
+#[test]
+fn a_partition_that_goes_back_to_its_first_owner_after_the_second_delivered_and_died_sends_none_of_those_actions_again()
+{
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (server, _reference_server, all_act, s) = acting(&rt);
+    let snapshots = tempfile::tempdir().expect("tmp");
+    let group = unique("g");
+    let (port_a, port_b) = (free_port(), free_port());
+
+    // A alone delivers part one, then leaves on SIGTERM: its partitions are exported as it goes.
+    generate(&s.orders, GEN_ACTIONS);
+    let mut a = snapshot_member(&s, &group, "a", port_a, snapshots.path());
+    wait_for(Duration::from_secs(120), "a to send part one's actions", || settled_alone(port_a, 4));
+    let part_one = by_key(&server.requests());
+    assert!(part_one.len() >= 3, "part one must fire several actions, got {}", part_one.len());
+    signal(&a.0, "TERM");
+    let stopped = a.0.wait().expect("a exits");
+    assert!(stopped.success(), "a stops cleanly: {stopped}");
+
+    // B takes every partition from A's hand-over snapshots and delivers part two.
+    let mut b = snapshot_member(&s, &group, "b", port_b, snapshots.path());
+    generate(&s.orders, &gen_actions_later());
+    let full_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let full = sibling(&s, &all_act, full_server.url("/a").as_str(), |t| t);
+    let everything = by_key(&run_through(&full, &full_server));
+    wait_for(Duration::from_secs(120), "b to send every action of both parts", || {
+        let sent = by_key(&server.requests());
+        (everything.keys().all(|k| sent.contains_key(k)) && settled_alone(port_b, 4).is_some()).then_some(())
+    });
+    let b_log = std::fs::read_to_string(s._state.path().join("b").with_extension("log")).unwrap_or_default();
+    assert!(b_log.contains("restored from snapshot"), "b started from a's hand-over");
+    let by_b = b_log.lines().filter(|l| l.contains("action delivered")).count();
+    assert!(by_b > 0, "b delivered actions of part two");
+
+    // B dies before any snapshot round of its own; A comes back to its own older state, which
+    // is as new as the newest snapshot, and replays part two.
+    signal(&b.0, "KILL");
+    let _ = b.0.wait();
+    let a = snapshot_member(&s, &group, "a", port_a, snapshots.path());
+    wait_for(Duration::from_secs(120), "a to own every partition again and settle", || settled_alone(port_a, 4));
+
+    let got = by_key(&server.requests());
+    let twice: Vec<(&String, usize)> = got.iter().filter(|(_, b)| b.len() > 1).map(|(k, b)| (k, b.len())).collect();
+    assert!(twice.is_empty(), "{} of {} keys POSTed again after the move back: {twice:?}", twice.len(), got.len());
+    assert_eq!(got.keys().collect::<Vec<_>>(), everything.keys().collect::<Vec<_>>(), "no key new or missing");
+    drop(a);
 }

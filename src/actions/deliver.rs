@@ -9,11 +9,17 @@ use metrics::counter;
 use tidemark_state::{codec, PartitionId};
 use tracing::error;
 
-use super::{record, Counted, Ctx, REDELIVERY_LOG};
+use super::{record, Counted, Ctx, POSTING_LOG, REDELIVERY_LOG, STORED_LOG};
 use crate::dispatch::{Delivery, Outcome, Target};
 use crate::engine::outbox::{OutboxRow, RowState};
 use crate::failpoint;
 use crate::telemetry::events::{Segment, DISPATCH, LATENCY};
+
+/// Delivery tasks are at their cap ([`super::MAX_STARTED`]): a new pending row waits in the
+/// outbox for a scan.
+pub(super) fn at_capacity(ctx: &Ctx) -> bool {
+    ctx.in_flight.lock().map(|f| f.len() >= super::MAX_STARTED).unwrap_or(true)
+}
 
 pub(super) fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
     let counted = if from_scan { Counted::count(&ctx.backlog, &row) } else { Counted::adopt(&ctx.backlog, &row) };
@@ -30,7 +36,7 @@ pub(super) fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: 
     tokio::spawn(async move {
         let _counted = counted;
         if !from_scan {
-            ctx.audit(&row, "created", None, None).await;
+            ctx.audit_queued(&row, "created");
         }
         if row.state == RowState::Shadow {
             ctx.audit(&row, "shadow", None, None).await;
@@ -61,6 +67,10 @@ impl Ctx {
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
+            // A place for the request first, then the gate: an attempt waiting for a place
+            // (behind a slow endpoint) is not under way, so a hand-over neither waits for it
+            // nor lets it POST once the partition is gone.
+            let Ok(permit) = self.dispatcher.permit().await else { break };
             // Held until the outcome is stored: a rebalance hands the partition over only
             // once no attempt is under way. Not owned any more: the next owner sends it.
             let Some(attempt) = self.gate.enter(id.partition) else { break };
@@ -68,6 +78,10 @@ impl Ctx {
             if !self.persist(id, &row).await {
                 break;
             }
+            // With the line below, the log says which POSTs a crash may repeat: one this
+            // process made and whose outcome it had not stored when it died (chaos ties every
+            // repeated key to such a crash).
+            tracing::info!(key = %row.key, attempt = row.attempts, "{POSTING_LOG}");
             let now = chrono::Utc::now().timestamp_millis();
             if first && row.committed_wall_ms > 0 {
                 record(Segment::CommitToDispatch, now - row.committed_wall_ms);
@@ -81,7 +95,8 @@ impl Ctx {
                 attempt: row.attempts - 1,
                 source_append_ms: row.source_append_ms,
             };
-            let outcome = self.dispatcher.attempt(&delivery).await;
+            let outcome = self.dispatcher.attempt_with(&permit, &delivery).await;
+            drop(permit);
             crate::telemetry::events::observe(LATENCY, Segment::DispatchToAck, started.elapsed().as_secs_f64());
             counter!(DISPATCH, "outcome" => outcome.label()).increment(1);
             match outcome {
@@ -142,6 +157,7 @@ impl Ctx {
 
     async fn finish(&self, id: PartitionId, row: &OutboxRow) {
         if self.persist(id, row).await {
+            tracing::info!(key = %row.key, state = ?row.state, "{STORED_LOG}");
             record(Segment::EndToEnd, chrono::Utc::now().timestamp_millis() - row.source_append_ms);
             tracing::debug!(key = %row.key, state = ?row.state, attempts = row.attempts, "action settled");
         }

@@ -38,8 +38,10 @@
 //!   a revoked partition is handed over only once its attempts recorded their outcome.
 //! - [`audit`]: [`AuditRecord`] and the audit topic.
 //! - [`dead_letter`]: the action dead-letter topic.
-//! - [`settled`]: outcomes read from the audit topic after a snapshot restore; rows with
-//!   those keys are recorded as settled, not sent again.
+//! - [`settled`]: outcomes read from the audit topic; rows with those keys are recorded as
+//!   settled, not sent again.
+//! - [`recall`]: [`Recall`], the audit read when SKU partitions are assigned, whatever
+//!   state they resume from, before any of their rows is dispatched.
 //! - [`standby`]: [`StandbyRows`], rows derived by standby tasks, held until the audit topic
 //!   shows their active owner settled them.
 
@@ -47,8 +49,11 @@ mod audit;
 mod backlog;
 mod dead_letter;
 mod deliver;
+#[cfg(test)]
+mod deliver_tests;
 mod gate;
 mod handover;
+mod recall;
 mod scan;
 mod settled;
 mod standby;
@@ -58,8 +63,9 @@ pub use backlog::Backlog;
 use backlog::Counted;
 pub use gate::Gate;
 pub use handover::{NotHandedOver, RowSender};
+pub use recall::{recall_since, Recall, CLOCK_MARGIN_MS};
 pub use scan::pending_in_outbox;
-pub use settled::{outcome_in, outcome_of, Settled};
+pub use settled::{audit_outcome_in, outcome_in, outcome_of, AuditOutcome, Settled};
 pub use standby::StandbyRows;
 
 use std::collections::{BTreeSet, HashMap};
@@ -78,7 +84,7 @@ use tracing::{error, info, warn};
 
 use crate::dispatch::signer::{SECRET_ENV, SECRET_FILE_ENV};
 use crate::dispatch::{Dispatcher, Endpoints, RetryPolicy, SecretChange, SecretWatch, Signer, Target, TlsConfig};
-use crate::engine::outbox::OutboxRow;
+use crate::engine::outbox::{OutboxRow, RowState};
 use crate::kafka::KafkaSettings;
 use crate::telemetry::events::{Segment, LATENCY};
 
@@ -92,6 +98,10 @@ const SECRET_CHECK_EVERY: u32 = 5;
 
 /// The message logged once per redelivery, next to `tidemark_dispatch_redeliveries_total`.
 pub const REDELIVERY_LOG: &str = "action redelivered after restart";
+/// Logged (with `key`) right before each POST, after its attempt count is stored.
+pub const POSTING_LOG: &str = "action posting";
+/// Logged (with `key`) once a final outcome (delivered, conflict, failed) is stored.
+pub const STORED_LOG: &str = "action outcome stored";
 
 /// SKU partitions this process owns, kept by the stream thread.
 pub type Owned = Arc<Mutex<BTreeSet<i32>>>;
@@ -115,7 +125,7 @@ pub struct ActionRuntime {
     pub rows: RowSender,
     pub owned: Owned,
     pub backlog: Arc<Backlog>,
-    /// Filled by snapshot restores (see [`settled`]).
+    /// Filled by the audit reads on assignment ([`Recall`]) and the standby audit tail.
     pub settled: Arc<Settled>,
     /// Closed for a SKU partition by the stream thread when a rebalance revokes it.
     pub gate: Arc<Gate>,
@@ -137,7 +147,9 @@ pub fn spawn(
         .client_config()
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
-        .set("message.timeout.ms", "300000")
+        // No delivery deadline, as the outputs: an outcome's audit record waits out a broker
+        // outage instead of being lost (standbys and later owners learn outcomes from it).
+        .set("message.timeout.ms", "0")
         .create()?;
     if !store.outbox_indexed()? {
         // A store written before the outbox indexes: one scan builds them.
@@ -156,7 +168,10 @@ pub fn spawn(
         backlog: Arc::default(),
         stop,
         retention_ms: t.dedup_retention_ms,
-        settled: Arc::default(),
+        // Kept as long as a replay or a standby may still re-derive their rows.
+        settled: Arc::new(Settled::keeping_for(Duration::from_millis(
+            u64::try_from(t.dedup_retention_ms).unwrap_or(0).max(3_600_000),
+        ))),
         gate: Arc::new(Gate::new(Arc::clone(&owned))),
     });
     let (settled, gate) = (Arc::clone(&ctx.settled), Arc::clone(&ctx.gate));
@@ -166,11 +181,21 @@ pub fn spawn(
     rt.spawn(async move {
         let mut scanned: BTreeSet<i32> = BTreeSet::new();
         let mut unfinished: BTreeSet<i32> = BTreeSet::new();
+        // Per partition: where its next scan goes on (see `scan::scan`).
+        let mut cursors: HashMap<i32, Option<Vec<u8>>> = HashMap::new();
         let mut ticks = 0u32;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 got = rx.recv() => match got {
+                    Some((id, row)) if row.state == RowState::Pending && deliver::at_capacity(&ctx) => {
+                        // Durable and pending: a scan starts it once there is room. The number
+                        // of delivery tasks (and rows in memory) stays at most MAX_STARTED,
+                        // whatever the backlog of an endpoint that does not answer.
+                        drop(Counted::adopt(&ctx.backlog, &row));
+                        unfinished.insert(id.partition);
+                        metrics::counter!("tidemark_outbox_deferred_total").increment(1);
+                    }
                     Some((id, row)) => deliver::start(&ctx, id, row, false),
                     None => break,
                 },
@@ -183,8 +208,9 @@ pub fn spawn(
                         .filter(|p| full_rescan || !scanned.contains(p) || unfinished.contains(p))
                         .copied()
                         .collect();
+                    cursors.retain(|p, _| now_owned.contains(p));
                     for p in &due {
-                        let more = scan::scan(&ctx, PartitionId::sku(*p)).await;
+                        let more = scan::scan(&ctx, PartitionId::sku(*p), cursors.entry(*p).or_default()).await;
                         if more {
                             unfinished.insert(*p);
                         } else {

@@ -13,18 +13,26 @@ use std::time::{Duration, Instant};
 
 use crate::engine::outbox::RowState;
 
-/// An outcome not used within this long is dropped: the audit read covers every partition's
-/// actions, most of which this process never re-derives (their partitions are elsewhere),
-/// and a replay reaches the ones it does re-derive within minutes.
+/// An outcome not used within this long is dropped, unless [`Settled::keeping_for`] says
+/// otherwise (the runtime keeps them for the dedup retention: a standby or a replay that is
+/// hours behind still re-derives the row, and an outcome dropped before that is a second POST).
+/// Memory stays bounded: the reads on assignment keep only the assigned partitions' outcomes
+/// ([`super::recall`]), and each outcome goes once its row is derived.
 const KEEP_FOR: Duration = Duration::from_secs(3600);
 
 /// Expired outcomes are looked for at most this often (a standby's audit tail adds them one
 /// by one, and a walk over all of them per addition would cost more than the tail itself).
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 
-#[derive(Default)]
 pub struct Settled {
     outcomes: Mutex<Outcomes>,
+    keep_for: Duration,
+}
+
+impl Default for Settled {
+    fn default() -> Self {
+        Settled::keeping_for(KEEP_FOR)
+    }
 }
 
 #[derive(Default)]
@@ -34,12 +42,12 @@ struct Outcomes {
 }
 
 impl Outcomes {
-    fn purge(&mut self, now: Instant) {
+    fn purge(&mut self, now: Instant, keep_for: Duration) {
         if self.purged_at.is_some_and(|at| now.saturating_duration_since(at) < PURGE_EVERY) {
             return;
         }
         self.purged_at = Some(now);
-        self.by_key.retain(|_, (_, at)| now.saturating_duration_since(*at) < KEEP_FOR);
+        self.by_key.retain(|_, (_, at)| now.saturating_duration_since(*at) < keep_for);
     }
 }
 
@@ -50,13 +58,28 @@ struct AuditView {
     event: String,
     status: Option<u16>,
     reason: Option<String>,
+    #[serde(default)]
+    sku: String,
+}
+
+/// The final outcome one audit record states: the action's key, its SKU, the outcome.
+#[derive(Debug, PartialEq, Eq)]
+pub struct AuditOutcome {
+    pub key: String,
+    pub sku: String,
+    pub state: RowState,
 }
 
 /// The action key and final outcome an audit record's payload states, if it states one.
 pub fn outcome_in(payload: &[u8]) -> Option<(String, RowState)> {
+    audit_outcome_in(payload).map(|o| (o.key, o.state))
+}
+
+/// [`outcome_in`] with the action's SKU (which names its SKU partition).
+pub fn audit_outcome_in(payload: &[u8]) -> Option<AuditOutcome> {
     let v: AuditView = serde_json::from_slice(payload).ok()?;
     let state = outcome_of(&v.event, v.status, v.reason.as_deref())?;
-    Some((v.key, state))
+    Some(AuditOutcome { key: v.key, sku: v.sku, state })
 }
 
 /// The final outcome an audit record states, if it states one: an `attempt` that was
@@ -74,6 +97,11 @@ pub fn outcome_of(event: &str, status: Option<u16>, reason: Option<&str>) -> Opt
 }
 
 impl Settled {
+    /// Outcomes not used within `keep_for` are dropped.
+    pub fn keeping_for(keep_for: Duration) -> Self {
+        Settled { outcomes: Mutex::default(), keep_for }
+    }
+
     /// Adds the outcomes of one audit read, after dropping those kept too long.
     pub fn extend(&self, outcomes: impl IntoIterator<Item = (String, RowState)>) {
         self.extend_at(outcomes, Instant::now());
@@ -81,7 +109,7 @@ impl Settled {
 
     fn extend_at(&self, outcomes: impl IntoIterator<Item = (String, RowState)>, now: Instant) {
         if let Ok(mut m) = self.outcomes.lock() {
-            m.purge(now);
+            m.purge(now, self.keep_for);
             m.by_key.extend(outcomes.into_iter().map(|(k, state)| (k, (state, now))));
         }
     }
@@ -130,6 +158,22 @@ mod tests {
         s.extend_at([("new".to_string(), RowState::Conflict)], t0 + KEEP_FOR + Duration::from_secs(1));
         assert_eq!(s.take("old"), None);
         assert_eq!(s.take("new"), Some(RowState::Conflict));
+    }
+
+    #[test]
+    fn outcomes_are_kept_as_long_as_configured() {
+        let s = Settled::keeping_for(Duration::from_secs(7 * 24 * 3600));
+        let t0 = Instant::now();
+        s.extend_at([("old".to_string(), RowState::Conflict)], t0);
+        s.extend_at([("new".to_string(), RowState::Conflict)], t0 + KEEP_FOR * 5);
+        assert_eq!(s.take("old"), Some(RowState::Conflict), "five hours are within a week");
+    }
+
+    #[test]
+    fn an_audit_payload_states_its_key_sku_and_final_outcome() {
+        let p = br#"{"key":"k1","event":"attempt","status":200,"reason":"delivered","attempt":1,"sku":"SKU-7"}"#;
+        let want = AuditOutcome { key: "k1".into(), sku: "SKU-7".into(), state: RowState::Delivered { status: 200 } };
+        assert_eq!(audit_outcome_in(p), Some(want));
     }
 
     #[test]

@@ -106,6 +106,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         session_timeout: Duration::from_secs(30),
         standbys: None,
         warmup_timeout: Duration::ZERO,
+        recall: None,
     };
     // The action runtime, as in `tidemark run`: the example rules are in shadow mode, so their
     // rows are audited to the audit topic and never sent.

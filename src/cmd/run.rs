@@ -143,6 +143,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         session_timeout: args.session_timeout,
         standbys: None,
         warmup_timeout: args.warmup_timeout,
+        recall: None,
     };
     let opening = Instant::now();
     let store = stream::open_store(&opts)?;
@@ -160,20 +161,18 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     opts.rows = Some(actions.rows);
     opts.sku_owned = actions.owned;
     opts.gate = Some(Arc::clone(&actions.gate));
+    opts.recall = Some(Arc::new(actions::Recall::new(
+        opts.settings.clone(),
+        opts.topology.audit.topic.clone(),
+        Arc::clone(&actions.settled),
+    )));
     let snapshots = snapshot_config(&args.snapshot_dir, args.snapshot_interval, args.snapshot_keep, &opts)?;
     let standbys_on = args.standbys == "all";
     let taker = match &snapshots {
         Some(cfg) => {
             let replay_within = if standbys_on { STANDBY_REPLAY_WITHIN } else { 0 };
             opts.snapshots = Some(Arc::new(
-                snapshot::Restorer::new(
-                    cfg,
-                    opts.settings.clone(),
-                    opts.topology.audit.topic.clone(),
-                    Arc::clone(&actions.settled),
-                    Arc::clone(&opts.progress),
-                )
-                .replaying_within(replay_within),
+                snapshot::Restorer::new(cfg, Arc::clone(&opts.progress)).replaying_within(replay_within),
             ));
             let taken_by = opts.instance_id.clone().unwrap_or_else(|| format!("pid-{}", std::process::id()));
             // With standbys the next owner has a warm copy (it joined only once warm), so a
@@ -199,15 +198,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         );
         let (standbys, requests) = standby::Standbys::new(rows, tail);
         // The standby thread's imports must not mark the stream as restoring: its own restorer.
-        let restorer = snapshots.as_ref().map(|cfg| {
-            Arc::new(snapshot::Restorer::new(
-                cfg,
-                opts.settings.clone(),
-                opts.topology.audit.topic.clone(),
-                Arc::clone(&actions.settled),
-                Arc::default(),
-            ))
-        });
+        let restorer = snapshots.as_ref().map(|cfg| Arc::new(snapshot::Restorer::new(cfg, Arc::default())));
         let cfg = standby::runner::StandbyConfig {
             settings: opts.settings.clone(),
             group_id: opts.group_id.clone(),

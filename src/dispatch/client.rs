@@ -22,6 +22,11 @@ const DRAIN_BYTES: usize = 64 * 1024;
 /// way, and each attempt is audited anyway.
 const TLS_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// A place among the dispatcher's `max_in_flight` requests ([`Dispatcher::permit`]).
+pub struct Permit<'a> {
+    _held: tokio::sync::SemaphorePermit<'a>,
+}
+
 pub struct Dispatcher {
     client: reqwest::Client,
     endpoints: Endpoints,
@@ -128,9 +133,29 @@ impl Dispatcher {
         &self.retry
     }
 
-    /// Makes one POST of `d` and classifies the answer. Never retries by itself: the
-    /// caller persists `attempt + 1` and schedules the next try after `Retry::after`.
+    /// One of the `max_in_flight` places for a request. Taken before anything that must not
+    /// wait behind other requests is checked (the action gate: see `actions::deliver`), and
+    /// held until the outcome is stored.
+    pub async fn permit(&self) -> Result<Permit<'_>, DispatchError> {
+        self.permits
+            .acquire()
+            .await
+            .map(|held| Permit { _held: held })
+            .map_err(|_| DispatchError::Transport("dispatcher closed".into()))
+    }
+
+    /// Makes one POST of `d` and classifies the answer, after waiting for a place
+    /// ([`Dispatcher::permit`]). Never retries by itself: the caller persists `attempt + 1`
+    /// and schedules the next try after `Retry::after`.
     pub async fn attempt(&self, d: &Delivery) -> Outcome {
+        match self.permit().await {
+            Ok(permit) => self.attempt_with(&permit, d).await,
+            Err(e) => settle(&self.retry, d.attempt, Err(e), &mut rand::thread_rng()),
+        }
+    }
+
+    /// [`Dispatcher::attempt`] in a place already taken.
+    pub async fn attempt_with(&self, _permit: &Permit<'_>, d: &Delivery) -> Outcome {
         let result = self.post(d).await;
         // The status of the answer, if one arrived, and the failure in full, for the log.
         let (status, error) = match &result {
@@ -181,9 +206,8 @@ impl Dispatcher {
     async fn post(&self, d: &Delivery) -> Result<u16, DispatchError> {
         let url = self.endpoints.url(d.target).ok_or(DispatchError::NoEndpoint(d.target))?;
         let key = HeaderValue::from_str(&d.key).map_err(|_| DispatchError::InvalidKey)?;
-        // Waiting for a permit comes before the timestamp, so a receiver enforcing a
-        // freshness window sees the time the request actually left.
-        let _permit = self.permits.acquire().await.map_err(|_| DispatchError::Transport("dispatcher closed".into()))?;
+        // The permit is held by the caller and taken before the timestamp, so a receiver
+        // enforcing a freshness window sees the time the request actually left.
         let timestamp = chrono::Utc::now().timestamp();
         let mut request = self
             .client

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use tidemark_topology::config::RuleMode;
 
-pub use client::Dispatcher;
+pub use client::{Dispatcher, Permit};
 pub use error::DispatchError;
 pub use outcome::Outcome;
 pub use retry::RetryPolicy;

@@ -49,6 +49,9 @@ pub struct TaskContext {
     /// With standbys on: an assigned partition's standby task commits and lets it go before
     /// its checkpoint is read here (see [`crate::standby`]).
     pub standbys: Option<Arc<crate::standby::Standbys>>,
+    /// The audit read for assigned SKU partitions, after their state is in place and before
+    /// the stream thread lets the dispatcher send for them (see [`crate::actions::Recall`]).
+    pub recall: Option<Arc<crate::actions::Recall>>,
 }
 
 impl TaskContext {
@@ -113,13 +116,20 @@ impl TaskContext {
     pub fn position_at_checkpoints(&self, tpl: &mut TopicPartitionList) {
         let elements: Vec<(String, i32)> =
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        let mut sku_resumed: Vec<(i32, Option<i64>)> = Vec::new();
         for (topic, partition) in elements {
             let Some(source) = self.sources.iter().position(|s| *s == topic) else { continue };
             let id = PartitionId { source: u16::try_from(source).unwrap_or(u16::MAX), partition };
             if let Some(snapshots) = &self.snapshots {
                 snapshots.restore_if_ahead(&self.store, id);
             }
-            let offset = match self.store.checkpoint(id) {
+            let checkpoint = self.store.checkpoint(id);
+            if id.source == PartitionId::SKU_REPARTITION {
+                if let Ok(c) = &checkpoint {
+                    sku_resumed.push((partition, crate::actions::recall_since(c.as_ref())));
+                }
+            }
+            let offset = match checkpoint {
                 Ok(Some(c)) => Offset::Offset(c.next_offset),
                 Ok(None) => Offset::Beginning,
                 Err(e) => {
@@ -132,6 +142,9 @@ impl TaskContext {
             if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
                 warn!(partition = %id, error = %e, "cannot set start offset");
             }
+        }
+        if let Some(recall) = &self.recall {
+            recall.before_dispatch(&sku_resumed);
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::OwnedMessage;
+use rdkafka::message::{BorrowedMessage, OwnedMessage};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::KafkaSettings;
@@ -24,6 +24,24 @@ pub fn read_topic_since(settings: &KafkaSettings, topic: &str, since_ms: i64) ->
 }
 
 fn read_topic_from(settings: &KafkaSettings, topic: &str, since_ms: Option<i64>) -> anyhow::Result<Vec<OwnedMessage>> {
+    let mut out: Vec<OwnedMessage> = Vec::new();
+    scan_topic(settings, topic, since_ms, |msg| out.push(msg.detach()))?;
+    out.sort_by_key(|m| (m.partition(), m.offset()));
+    Ok(out)
+}
+
+/// Calls `each` for every committed record of `topic` appended at or after `since_ms`
+/// (broker time; `None` or a time at or before the epoch: from the start), up to the high
+/// watermarks seen at the start, without keeping them: in offset order per partition,
+/// partitions interleaved. Returns how many records it saw.
+pub fn scan_topic(
+    settings: &KafkaSettings,
+    topic: &str,
+    since_ms: Option<i64>,
+    mut each: impl FnMut(&BorrowedMessage<'_>),
+) -> anyhow::Result<usize> {
+    // A negative time is a sentinel to the broker (-1 latest, -2 earliest), never a time.
+    let since_ms = since_ms.filter(|ms| *ms > 0);
     let consumer: BaseConsumer = settings
         .client_config()
         .set("group.id", "tidemark-reader")
@@ -68,9 +86,9 @@ fn read_topic_from(settings: &KafkaSettings, topic: &str, since_ms: Option<i64>)
             remaining += 1;
         }
     }
-    let mut out: Vec<OwnedMessage> = Vec::new();
+    let mut seen = 0usize;
     if remaining == 0 {
-        return Ok(out);
+        return Ok(seen);
     }
     consumer.assign(&tpl)?;
     let mut last_progress = Instant::now();
@@ -82,13 +100,13 @@ fn read_topic_from(settings: &KafkaSettings, topic: &str, since_ms: Option<i64>)
         let p = msg.partition();
         let end = ends.get(&p).copied().unwrap_or(0);
         if msg.offset() < end {
-            out.push(msg.detach());
+            each(&msg);
+            seen += 1;
         }
         // Transaction markers and compaction leave gaps: done once the next offset reaches the end.
         if msg.offset() + 1 >= end && ends.remove(&p).is_some() {
             remaining -= 1;
         }
     }
-    out.sort_by_key(|m| (m.partition(), m.offset()));
-    Ok(out)
+    Ok(seen)
 }

@@ -97,6 +97,8 @@ impl ProducerContext for DeliveryContext {
 
 pub struct OutputSink {
     producer: BaseProducer<DeliveryContext>,
+    /// Told when side outputs are refused and produced again, and when they went through.
+    progress: Option<std::sync::Arc<crate::telemetry::Progress>>,
     dashboard: String,
     finance: String,
     dead_letter: String,
@@ -115,7 +117,11 @@ impl OutputSink {
             .set("acks", "all")
             .set("linger.ms", "5")
             .set("compression.type", "lz4")
-            .set("message.timeout.ms", "300000")
+            // No delivery deadline: a broker outage of any length (SPEC §6 sets 10 minutes)
+            // holds the commit, which waits (reporting, alive) until the broker is back, instead
+            // of failing the records, the commit and the process. The idempotent producer keeps
+            // their order through its retries.
+            .set("message.timeout.ms", "0")
             .set("queue.buffering.max.messages", "1000000")
             .create_with_context(DeliveryContext {
                 side_topics: [t.dead_letter.topic.clone(), t.late.topic.clone()].into_iter().collect(),
@@ -127,6 +133,7 @@ impl OutputSink {
         }
         Ok(OutputSink {
             producer,
+            progress: None,
             dashboard: t.dashboard.topic.clone(),
             finance: t.finance_provisional.topic.clone(),
             dead_letter: t.dead_letter.topic.clone(),
@@ -136,6 +143,13 @@ impl OutputSink {
             dashboard_combined: t.dashboard_combined.topic.clone(),
             finance_combined: t.finance_provisional_combined.topic.clone(),
         })
+    }
+
+    /// Side outputs the broker refuses make the process not ready (`/readyz`) until they
+    /// are written: the commit waits for them.
+    pub fn reporting_to(mut self, progress: std::sync::Arc<crate::telemetry::Progress>) -> Self {
+        self.progress = Some(progress);
+        self
     }
 
     /// Sends dashboard and provisional finance records to other topics than the topology's
@@ -274,7 +288,17 @@ impl OutputSink {
                     break;
                 }
                 // Side outputs that failed: produce them again, with growing pauses, for as
-                // long as it takes. The commit waits (nothing is lost) and the process stays up.
+                // long as it takes. The commit waits (nothing is lost), the process stays up
+                // and says it is not ready.
+                if let Some(p) = &self.progress {
+                    let topics: std::collections::BTreeSet<&str> = resend.iter().map(|r| r.topic.as_str()).collect();
+                    let topics: Vec<&str> = topics.into_iter().collect();
+                    p.outputs_blocked(Some(format!(
+                        "{} side output record(s) to {} refused by the broker, produced again until written (see the log)",
+                        resend.len(),
+                        topics.join(", ")
+                    )));
+                }
                 alive();
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -289,6 +313,9 @@ impl OutputSink {
                 tracing::warn!(in_flight, "outputs not yet acknowledged; waiting");
             }
             std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Some(p) = &self.progress {
+            p.outputs_blocked(None);
         }
         let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
         if failed > 0 {

@@ -55,7 +55,9 @@ impl Exporter {
                 source: id.source,
                 number: id.partition,
                 topic: self.cfg.topic_of(id).to_string(),
-                taken_at_ms: chrono::Utc::now().timestamp_millis(),
+                // The time of the state, not of the export: a round exports many partitions
+                // from one point, and what happens meanwhile is not in this snapshot.
+                taken_at_ms: point.taken_at_ms(),
                 taken_by: self.taken_by.clone(),
                 export,
             };
@@ -126,6 +128,43 @@ impl Handover {
             bytes = round.bytes,
             took_ms = started.elapsed().as_millis() as u64,
             "hand-over snapshots of revoked partitions"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::layout::Layout;
+    use tidemark_state::{Checkpoint, StoreOptions};
+
+    #[test]
+    fn a_snapshot_is_stamped_with_the_time_of_its_state_not_of_the_end_of_its_export() {
+        let (snapshots, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let store = Store::open(dir.path(), &StoreOptions { owner: "t/g".into(), ..StoreOptions::default() }).unwrap();
+        let p = PartitionId::sku(1);
+        let mut batch = store.batch();
+        batch.put_checkpoint(p, &Checkpoint { next_offset: 7, ..Checkpoint::default() }).unwrap();
+        store.commit_staged(batch.stage()).unwrap();
+        let cfg = SnapshotConfig {
+            dir: snapshots.path().to_path_buf(),
+            interval: std::time::Duration::from_secs(60),
+            keep: 2,
+            topology: "t".into(),
+            group: "g".into(),
+            topics: vec!["orders".into(), "inventory".into(), "sku".into(), "combine".into()],
+        };
+        let point = store.consistent_point();
+        let before_export = chrono::Utc::now().timestamp_millis();
+        // Other partitions of the round are exported first: this one's export comes later.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let exporter = Exporter { cfg: cfg.clone(), taken_by: "a".into() };
+        assert!(exporter.export_one(&store, &point, p, None).unwrap().is_some());
+        let found = Layout::new(&cfg.dir, "t", "g").latest(p).unwrap().expect("published");
+        assert!(
+            found.manifest.taken_at_ms <= before_export,
+            "stamped {} ms after the state was read",
+            found.manifest.taken_at_ms - before_export
         );
     }
 }

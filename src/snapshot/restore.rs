@@ -2,43 +2,29 @@
 //! here: a new pod, a moved partition, a wiped volume) is imported from it before its fetch
 //! position is set, so only the log after the snapshot is replayed.
 //!
-//! For SKU partitions (the ones with an outbox) the audit topic is then read from a little
-//! before the snapshot was taken: every action it shows settled is listed in
-//! [`crate::actions::Settled`], so the replay's re-derived rows for them are recorded, not
-//! sent again. What is still re-sent is what was in flight at the loss (SPEC §3's crash
-//! window) and outcomes whose audit record was lost with their process.
+//! Actions a SKU partition completed after the state it resumes from was written are not in
+//! that state; the audit read that keeps them from being sent again runs for every assigned
+//! SKU partition, imported or not ([`crate::actions::Recall`]), right after this.
+//!
+//! A failed import leaves the local state as it was (see `Store::import_partition`); the next
+//! older snapshot is then compared with that state, read again.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use metrics::counter;
-use rdkafka::Message;
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
 use super::layout::Found;
 use super::SnapshotConfig;
-use crate::actions::{outcome_in, Settled};
-use crate::engine::outbox::RowState;
-use crate::kafka::{reader, KafkaSettings};
 use crate::telemetry::Progress;
 
-/// The audit topic is read from this long before a snapshot's wall-clock time: the
-/// snapshot's clock and the broker's may disagree by that much.
-const AUDIT_MARGIN_MS: i64 = 60_000;
 /// Snapshots tried, newest first, before giving up on them for a partition.
 const ATTEMPTS: usize = 3;
-/// The SKU partitions of one assignment are restored one after another within seconds: one
-/// read of the audit topic from the earliest snapshot time serves them all.
-const AUDIT_READ_REUSE: Duration = Duration::from_secs(30);
 
 pub struct Restorer {
     cfg: SnapshotConfig,
-    settings: KafkaSettings,
-    audit_topic: String,
-    settled: Arc<Settled>,
-    /// The `since` of the last audit read and when it ran.
-    last_read: Mutex<Option<(i64, Instant)>>,
     /// An import runs inside the rebalance callback: it marks the process as restoring, so
     /// liveness allows it a restore's silence.
     progress: Arc<Progress>,
@@ -48,22 +34,8 @@ pub struct Restorer {
 }
 
 impl Restorer {
-    pub fn new(
-        cfg: &SnapshotConfig,
-        settings: KafkaSettings,
-        audit_topic: String,
-        settled: Arc<Settled>,
-        progress: Arc<Progress>,
-    ) -> Self {
-        Restorer {
-            cfg: cfg.clone(),
-            settings,
-            audit_topic,
-            settled,
-            last_read: Mutex::default(),
-            progress,
-            replay_within: 0,
-        }
+    pub fn new(cfg: &SnapshotConfig, progress: Arc<Progress>) -> Self {
+        Restorer { cfg: cfg.clone(), progress, replay_within: 0 }
     }
 
     /// With standby tasks, the local state of a partition is usually a commit behind the
@@ -79,13 +51,14 @@ impl Restorer {
     /// tried; without any, the partition goes on from its local state (or from the log
     /// start) as it would without snapshots.
     pub fn restore_if_ahead(&self, store: &Store, id: PartitionId) -> Option<Found> {
-        let local = match store.checkpoint(id) {
-            Ok(c) => c.map(|c| c.next_offset),
+        let local_checkpoint = || match store.checkpoint(id) {
+            Ok(c) => Ok(c.map(|c| c.next_offset)),
             Err(e) => {
                 warn!(partition = %id, error = %e, "cannot read the local checkpoint; not restoring from a snapshot");
-                return None;
+                Err(())
             }
         };
+        let Ok(mut local) = local_checkpoint() else { return None };
         let candidates = match self.cfg.layout().list(id) {
             Ok(c) => c,
             Err(e) => {
@@ -118,42 +91,19 @@ impl Restorer {
                         took_ms = started.elapsed().as_millis() as u64,
                         "restored from snapshot"
                     );
-                    if id.source == PartitionId::SKU_REPARTITION {
-                        self.read_settled(id, found.manifest.taken_at_ms);
-                    }
                     return Some(found);
                 }
                 Err(e) => {
-                    warn!(partition = %id, snapshot = %found.dir.display(), error = %e, "snapshot not imported; trying an older one")
+                    counter!("tidemark_snapshot_restore_failures_total").increment(1);
+                    warn!(partition = %id, snapshot = %found.dir.display(), error = %e, "snapshot not imported; trying an older one");
+                    // The import leaves the local state as it was; read it again all the same,
+                    // so an older snapshot is compared with what the store holds now.
+                    let Ok(now) = local_checkpoint() else { return None };
+                    local = now;
                 }
             }
         }
         None
-    }
-
-    /// Lists the outcomes the audit topic recorded since `taken_at_ms` (less the margin).
-    fn read_settled(&self, id: PartitionId, taken_at_ms: i64) {
-        let since = taken_at_ms - AUDIT_MARGIN_MS;
-        if let Ok(mut last) = self.last_read.lock() {
-            if last.is_some_and(|(s, at)| s <= since && at.elapsed() < AUDIT_READ_REUSE) {
-                return;
-            }
-            *last = Some((since, Instant::now()));
-        }
-        match reader::read_topic_since(&self.settings, &self.audit_topic, since) {
-            Ok(records) => {
-                let outcomes: Vec<(String, RowState)> =
-                    records.iter().filter_map(|msg| outcome_in(msg.payload()?)).collect();
-                info!(partition = %id, audit_records = records.len(), settled = outcomes.len(), "audit topic read since the snapshot");
-                self.settled.extend(outcomes);
-            }
-            Err(e) => warn!(
-                partition = %id,
-                topic = %self.audit_topic,
-                error = %format!("{e:#}"),
-                "cannot read the audit topic; actions completed after the snapshot may be sent again"
-            ),
-        }
     }
 }
 
@@ -195,15 +145,7 @@ mod tests {
         let who = Exporter { cfg, taken_by: "a".into() };
         assert!(who.export_one(&a, &a.consistent_point(), p, None).unwrap().is_some());
 
-        let restorer = |topic: &str| {
-            Restorer::new(
-                &config(snapshots.path(), topic),
-                KafkaSettings::new("127.0.0.1:1"),
-                "audit".into(),
-                Arc::default(),
-                Arc::default(),
-            )
-        };
+        let restorer = |topic: &str| Restorer::new(&config(snapshots.path(), topic), Arc::default());
         let b = store(b_dir.path());
         assert!(restorer("other.orders").restore_if_ahead(&b, p).is_none(), "another topic's snapshot");
         assert_eq!(b.checkpoint(p).unwrap(), None);

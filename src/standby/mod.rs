@@ -31,7 +31,7 @@ pub mod runner;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,10 +43,12 @@ pub use crate::actions::StandbyRows;
 use crate::telemetry::Progress;
 use audit_tail::AuditTail;
 
-/// How long a promotion waits for the standby thread to commit and let a partition go. Past
-/// it the active task goes on from the store anyway: the standby thread checks the active set
-/// before each commit (see [`runner`]), so it never writes a partition that left it.
-const RELEASE_WAIT: Duration = Duration::from_secs(60);
+/// A promotion waits for the standby thread to commit and let the partitions go, however long
+/// that takes (an import of a large snapshot takes minutes): going on earlier would let two
+/// writers work on one partition, the standby's import or commit landing on the active task's
+/// rows. It says so every this long while it waits; it stops waiting only when the standby
+/// thread has ended.
+const RELEASE_WARN_EVERY: Duration = Duration::from_secs(10);
 /// How long a promotion of SKU partitions waits for the audit tail to reach the audit
 /// topic's end, so actions the old owner settled just before it died are known as such.
 const AUDIT_CATCH_UP: Duration = Duration::from_secs(5);
@@ -66,6 +68,7 @@ pub struct Standbys {
     tail: Arc<AuditTail>,
     /// Every standby task has caught up with its log (see [`runner`]).
     warm: Arc<AtomicBool>,
+    release_warn_every: Duration,
 }
 
 impl Standbys {
@@ -78,6 +81,7 @@ impl Standbys {
             rows,
             tail,
             warm: Arc::new(AtomicBool::new(false)),
+            release_warn_every: RELEASE_WARN_EVERY,
         };
         (Arc::new(standbys), rx)
     }
@@ -98,8 +102,21 @@ impl Standbys {
         let started = Instant::now();
         let (ack, done) = mpsc::sync_channel(1);
         let sent = self.requests.lock().map(|tx| tx.send(Request::Release(ids.to_vec(), ack)).is_ok()).unwrap_or(false);
-        if sent && done.recv_timeout(RELEASE_WAIT).is_err() {
-            warn!(partitions = ?ids, "the standby thread did not let the partitions go within {RELEASE_WAIT:?}");
+        if sent {
+            loop {
+                match done.recv_timeout(self.release_warn_every) {
+                    Ok(()) => break,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        warn!(partitions = ?ids, "the standby thread ended before it let the partitions go");
+                        break;
+                    }
+                    Err(RecvTimeoutError::Timeout) => warn!(
+                        partitions = ?ids,
+                        waited_s = started.elapsed().as_secs(),
+                        "waiting for the standby thread to let the partitions go (one writer per partition)"
+                    ),
+                }
+            }
         }
         let sku: Vec<i32> =
             ids.iter().filter(|id| id.source == PartitionId::SKU_REPARTITION).map(|id| id.partition).collect();
@@ -167,5 +184,35 @@ impl Standbys {
             warn!(limit = ?limit, "warm-up timed out; joining the group with standby tasks still behind");
         }
         warm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actions::Settled;
+    use crate::kafka::KafkaSettings;
+    use tidemark_state::{Store, StoreOptions};
+
+    #[test]
+    fn a_promotion_waits_for_the_standby_thread_to_let_go_however_long_it_takes() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path(), &StoreOptions { owner: "t/g".into(), ..StoreOptions::default() });
+        let rows = Arc::new(StandbyRows::new(Arc::new(store.expect("store")), Arc::new(Settled::default())));
+        let tail = AuditTail::new(KafkaSettings::new("127.0.0.1:1"), "audit".into(), Arc::clone(&rows));
+        let (standbys, requests) = Standbys::new(rows, tail);
+        let mut standbys = Arc::into_inner(standbys).expect("one owner");
+        standbys.release_warn_every = Duration::from_millis(50);
+        // The standby thread is importing a large snapshot: it lets go after 400 ms.
+        let thread = std::thread::spawn(move || {
+            if let Ok(Request::Release(_, ack)) = requests.recv() {
+                std::thread::sleep(Duration::from_millis(400));
+                let _ = ack.send(());
+            }
+        });
+        let started = Instant::now();
+        standbys.release(&[PartitionId::orders(1)]);
+        assert!(started.elapsed() >= Duration::from_millis(400), "went on after {:?}", started.elapsed());
+        thread.join().expect("thread");
     }
 }

@@ -103,6 +103,8 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
         snapshots: cfg.restorer.clone(),
         closing: AtomicBool::new(false),
         standbys: None,
+        // A standby sends nothing: its audit tail settles its rows.
+        recall: None,
     };
     let consumer: Consumer_ = cfg
         .settings

@@ -88,6 +88,9 @@ pub struct StreamOptions {
     pub standbys: Option<Arc<crate::standby::Standbys>>,
     /// With standbys: how long to wait for them to catch up before joining the group.
     pub warmup_timeout: Duration,
+    /// The audit read for assigned SKU partitions before their rows are dispatched (see
+    /// [`crate::actions::Recall`]); `None` when nothing dispatches.
+    pub recall: Option<Arc<crate::actions::Recall>>,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -198,6 +201,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         snapshots: opts.snapshots.clone(),
         closing: AtomicBool::new(false),
         standbys: opts.standbys.clone(),
+        recall: opts.recall.clone(),
     };
     let mut cfg = opts.settings.client_config();
     cfg.set("group.id", &opts.group_id)
@@ -229,6 +233,9 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
     let counts = partition_counts(&consumer, &topics)?;
     check_partition_counts(&store, &topics, &counts)?;
+    if let Some(recall) = &opts.recall {
+        recall.set_sku_partitions(counts[usize::from(SKU_REPARTITION)]);
+    }
     opts.progress
         .input_partitions([ORDERS, INVENTORY, SKU_REPARTITION, COMBINE].into_iter().zip(counts.iter().copied()));
     match opts.static_assignment {
@@ -253,7 +260,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         }
     }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
-    let sink = Arc::new(OutputSink::new(&opts.settings, t)?);
+    let sink = Arc::new(OutputSink::new(&opts.settings, t)?.reporting_to(Arc::clone(&opts.progress)));
     let factory = TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]);
     let sku_partitions = factory.sku_partitions;
     let combine = combine::Forwarder::new(counts[3]);

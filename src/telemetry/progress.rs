@@ -63,6 +63,9 @@ pub struct Progress {
     heartbeat_ms: AtomicI64,
     /// Set by `POST /pause`, cleared by `POST /resume`.
     pub paused: AtomicBool,
+    /// Why outputs cannot be written now (a side output the broker refuses), if they cannot:
+    /// the process is then not ready (its commits wait for them).
+    outputs_blocked: Mutex<Option<String>>,
 }
 
 impl Default for Progress {
@@ -77,6 +80,7 @@ impl Default for Progress {
             ownership: Mutex::default(),
             heartbeat_ms: AtomicI64::new(0),
             paused: AtomicBool::new(false),
+            outputs_blocked: Mutex::default(),
         }
     }
 }
@@ -213,8 +217,18 @@ impl Progress {
 
     /// Ready: started, partitions assigned and restored, the lag of each known, and (with
     /// a bound) each caught up to within the bound's backlog age.
+    /// Outputs cannot be written (`Some(why)`) or can again (`None`).
+    pub fn outputs_blocked(&self, why: Option<String>) {
+        if let Ok(mut b) = self.outputs_blocked.lock() {
+            *b = why;
+        }
+    }
+
     pub fn readiness(&self) -> Result<(), String> {
         self.startup()?;
+        if let Some(why) = self.outputs_blocked.lock().ok().and_then(|b| b.clone()) {
+            return Err(why);
+        }
         let parts = self.snapshot();
         if parts.is_empty() {
             return Err("no partitions assigned".into());
@@ -261,6 +275,18 @@ mod tests {
         p.restoring(true);
         assert_eq!(p.startup(), Ok(()));
         assert_eq!(p.liveness(), Ok(()));
+    }
+
+    #[test]
+    fn a_process_whose_outputs_are_refused_is_not_ready_until_they_are_written() {
+        let p = started(Progress::default());
+        p.assigned(O0, 5);
+        p.high_watermark(O0, 5);
+        assert_eq!(p.readiness(), Ok(()));
+        p.outputs_blocked(Some("side outputs to dl refused".into()));
+        assert_eq!(p.readiness(), Err("side outputs to dl refused".into()));
+        p.outputs_blocked(None);
+        assert_eq!(p.readiness(), Ok(()));
     }
 
     #[test]

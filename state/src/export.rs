@@ -97,15 +97,26 @@ impl Store {
 
     /// A consistent point of the whole store to export partitions from.
     pub fn consistent_point(&self) -> ConsistentPoint<'_> {
-        ConsistentPoint(self.db.snapshot())
+        let taken_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        ConsistentPoint(self.db.snapshot(), taken_at_ms)
     }
 
-    /// Replaces partition `p`'s state with an export read from `dir`: drops what the store
-    /// holds of `p`, ingests the files (copied, so `dir` is left as it was), then writes the
-    /// checkpoint with fsync. A file whose size differs from the export's record is refused
-    /// before anything changes.
+    /// Replaces partition `p`'s state with an export read from `dir` (left as it was), or
+    /// leaves it as it was: a failed import never leaves the partition empty or half there.
+    ///
+    /// 1. A file whose size differs from the export's record is refused.
+    /// 2. The files are copied into a staging folder inside the store's directory: the copy
+    ///    is where a full disk shows (an import needs the partition's size free), before
+    ///    anything changed.
+    /// 3. What the store holds of `p` is exported into the staging folder too (usually
+    ///    nothing: a moved partition has no state here).
+    /// 4. The partition's range is dropped, the staged files are ingested (moved, not copied
+    ///    again) and the checkpoint is written last with fsync. If an ingest fails, the range
+    ///    is dropped again and step 3's copy ingested in its place.
     pub fn import_partition(&self, p: PartitionId, dir: &Path, export: &PartitionExport) -> Result<(), StateError> {
-        let mut paths: Vec<(&str, PathBuf)> = Vec::new();
+        let mut files: Vec<(&str, &str, PathBuf)> = Vec::new();
         for f in &export.files {
             let Some(name) = PARTITION_CFS.iter().find(|n| **n == f.column_family) else {
                 return Err(StateError::Decode {
@@ -121,24 +132,90 @@ impl Store {
                     detail: format!("{} has {bytes} bytes, the export recorded {}", path.display(), f.bytes),
                 });
             }
-            paths.push((name, path));
+            files.push((name, f.file.as_str(), path));
         }
+        let staging = self.path().join(format!("import-{}-{}", p.source, p.partition));
+        let result = self.import_staged(p, &staging, &files, &export.checkpoint);
+        if staging.exists() {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+        result
+    }
+
+    fn import_staged(
+        &self,
+        p: PartitionId,
+        staging: &Path,
+        files: &[(&str, &str, PathBuf)],
+        checkpoint: &Checkpoint,
+    ) -> Result<(), StateError> {
+        if staging.exists() {
+            std::fs::remove_dir_all(staging).map_err(io(staging))?;
+        }
+        let (incoming, local) = (staging.join("incoming"), staging.join("local"));
+        for d in [&incoming, &local] {
+            std::fs::create_dir_all(d).map_err(io(d))?;
+        }
+        let mut staged = Vec::new();
+        for (name, file, path) in files {
+            let to = incoming.join(file);
+            std::fs::copy(path, &to).map_err(io(&to))?;
+            staged.push((*name, to));
+        }
+        let kept = self.export_partition(&self.consistent_point(), p, &local)?;
         self.drop_partition(p)?;
-        let mut ingest = IngestExternalFileOptions::default();
-        ingest.set_move_files(false);
-        for (name, path) in paths {
-            self.db.ingest_external_file_cf_opts(self.cf(name), &ingest, vec![path]).map_err(|e| self.rocks(e))?;
+        match self.ingest(&staged).and_then(|()| self.put_checkpoint_synced(p, checkpoint)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.drop_partition(p)?;
+                if let Some(kept) = kept {
+                    let back: Vec<(&str, PathBuf)> = kept
+                        .files
+                        .iter()
+                        .filter_map(|f| {
+                            let name = PARTITION_CFS.iter().find(|n| **n == f.column_family)?;
+                            Some((*name, local.join(&f.file)))
+                        })
+                        .collect();
+                    self.ingest(&back)?;
+                    self.put_checkpoint_synced(p, &kept.checkpoint)?;
+                }
+                Err(e)
+            }
         }
+    }
+
+    /// Ingests `files` (column family, path) by moving them into the store.
+    fn ingest(&self, files: &[(&str, PathBuf)]) -> Result<(), StateError> {
+        let mut ingest = IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
+        for (name, path) in files {
+            self.db
+                .ingest_external_file_cf_opts(self.cf(name), &ingest, vec![path.clone()])
+                .map_err(|e| self.rocks(e))?;
+        }
+        Ok(())
+    }
+
+    fn put_checkpoint_synced(&self, p: PartitionId, checkpoint: &Checkpoint) -> Result<(), StateError> {
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         self.db
-            .put_cf_opt(self.cf(CF_META), Self::checkpoint_key(p), codec::encode(&export.checkpoint)?, &sync)
+            .put_cf_opt(self.cf(CF_META), Self::checkpoint_key(p), codec::encode(checkpoint)?, &sync)
             .map_err(|e| self.rocks(e))
     }
 }
 
 /// A RocksDB snapshot of the store: every partition exported from it is of the same commit.
-pub struct ConsistentPoint<'a>(rocksdb::SnapshotWithThreadMode<'a, rocksdb::DB>);
+pub struct ConsistentPoint<'a>(rocksdb::SnapshotWithThreadMode<'a, rocksdb::DB>, i64);
+
+impl ConsistentPoint<'_> {
+    /// Wall-clock time (ms since the epoch) at which the point was taken: its state holds
+    /// nothing written after it, however long the exports from it take.
+    pub fn taken_at_ms(&self) -> i64 {
+        self.1
+    }
+}
 
 fn sst_options() -> Options {
     let mut opts = Options::default();
@@ -236,6 +313,34 @@ mod tests {
         assert_eq!(export.checkpoint.next_offset, 10);
         let agg = export.files.iter().find(|f| f.column_family == CF_AGGREGATES).map(|f| f.entries);
         assert_eq!(agg, Some(10), "rows written after the point are not in it");
+        Ok(())
+    }
+
+    #[test]
+    fn an_import_that_fails_after_its_checks_leaves_the_local_state_as_it_was() -> Result<(), StateError> {
+        let f = fixture()?;
+        let (a, b, files) = (&f.a, &f.b, &f.files);
+        let p = PartitionId::sku(2);
+        fill(a, p, 30)?;
+        fill(b, p, 12)?;
+        let export = a.export_partition(&a.consistent_point(), p, files.path())?.expect("p committed");
+        // The last file is not an SST any more, at the size the export recorded: it passes the
+        // size check and fails only when RocksDB ingests it, after the first files went in.
+        let victim = files.path().join(&export.files.last().expect("files").file);
+        let size = std::fs::metadata(&victim).unwrap().len();
+        std::fs::write(&victim, vec![b'x'; usize::try_from(size).unwrap()]).unwrap();
+        assert!(b.import_partition(p, files.path(), &export).is_err(), "a broken file is not imported");
+        assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(12), "the local checkpoint is still there");
+        assert_eq!(b.load_aggregates(p, Namespace::Dashboard)?.len(), 12, "and so is the local state");
+        assert_eq!(b.outbox_pending_count(p)?, 1);
+        let ids: Vec<String> = (0..12).map(|i| format!("e-2-{i}")).collect();
+        assert!(b.dedup_lookup(p, &ids)?.iter().all(Option::is_some), "every local dedup entry");
+        let left: Vec<_> = std::fs::read_dir(b.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("import-"))
+            .collect();
+        assert!(left.is_empty(), "no staging folder is left behind");
         Ok(())
     }
 

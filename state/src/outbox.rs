@@ -13,7 +13,7 @@
 //! A store written before the indexes existed gets them built once, by one scan, through
 //! [`Store::rebuild_outbox_index`] with the runtime's classification of a row.
 
-use rocksdb::{Direction, IteratorMode, WriteBatch};
+use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch};
 
 use crate::store::{Store, CF_META, CF_OUTBOX, CF_OUTBOX_EXPIRY, CF_OUTBOX_PENDING};
 use crate::{KeyValue, PartitionId, StateError};
@@ -74,12 +74,35 @@ impl Store {
     /// The rows of a partition still to be delivered, in key order, read through the pending
     /// index: final rows are never read.
     pub fn outbox_pending(&self, p: PartitionId) -> Result<Vec<KeyValue>, StateError> {
+        self.outbox_pending_page(p, None, usize::MAX)
+    }
+
+    /// At most `limit` of [`Store::outbox_pending`]'s rows, those whose key comes after
+    /// `after` (all when `None`): a scan of a large pending backlog reads it a page at a
+    /// time, never whole.
+    pub fn outbox_pending_page(
+        &self,
+        p: PartitionId,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StateError> {
         let prefix = p.prefix();
         let mut keys = Vec::new();
-        for item in self.db.prefix_iterator_cf(self.cf(CF_OUTBOX_PENDING), prefix) {
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(p.prefix_end());
+        let start = match after {
+            Some(k) => p.key(k),
+            None => prefix.to_vec(),
+        };
+        let iter =
+            self.db.iterator_cf_opt(self.cf(CF_OUTBOX_PENDING), read, IteratorMode::From(&start, Direction::Forward));
+        for item in iter {
             let (k, _) = item.map_err(|e| self.rocks(e))?;
-            if !k.starts_with(&prefix) {
+            if !k.starts_with(&prefix) || keys.len() >= limit {
                 break;
+            }
+            if after.is_some() && k[..] == start[..] {
+                continue;
             }
             keys.push(k.to_vec());
         }
@@ -271,5 +294,32 @@ mod tests {
         assert!(store.outbox_indexed()?);
         assert_eq!(store.outbox_pending(p)?, vec![(b"x".to_vec(), b"P".to_vec())]);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod page_tests {
+    use crate::{OutboxIndex, PartitionId, Store, StoreOptions};
+
+    #[test]
+    fn pending_rows_are_read_a_page_at_a_time_after_the_last_key_of_the_previous_page() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path(), &StoreOptions { owner: "t/g".into(), ..StoreOptions::default() }).unwrap();
+        let (p, other) = (PartitionId::sku(1), PartitionId::sku(2));
+        let mut b = store.batch();
+        for i in 0..5 {
+            b.put_outbox(p, &format!("k{i}"), b"row", OutboxIndex::Pending);
+        }
+        b.put_outbox(p, "done", b"row", OutboxIndex::Final { created_at_ms: 1 });
+        b.put_outbox(other, "k9", b"row", OutboxIndex::Pending);
+        store.commit_staged(b.stage()).unwrap();
+        let keys = |page: Vec<crate::KeyValue>| -> Vec<String> {
+            page.into_iter().map(|(k, _)| String::from_utf8(k).unwrap()).collect()
+        };
+        assert_eq!(keys(store.outbox_pending_page(p, None, 2).unwrap()), ["k0", "k1"]);
+        assert_eq!(keys(store.outbox_pending_page(p, Some(b"k1"), 2).unwrap()), ["k2", "k3"]);
+        assert_eq!(keys(store.outbox_pending_page(p, Some(b"k3"), 2).unwrap()), ["k4"], "the partition's last page");
+        assert!(store.outbox_pending_page(p, Some(b"k4"), 2).unwrap().is_empty());
+        assert_eq!(store.outbox_pending(p).unwrap().len(), 5);
     }
 }
