@@ -76,17 +76,24 @@ impl Ctx {
     /// `settled`) is what standbys and later owners learn the outcome from: it is produced
     /// again, with growing pauses, until the broker has it or the process stops. Other events
     /// (created, retries, shadow) are logged when lost and not tried again.
-    pub(super) async fn audit(&self, row: &OutboxRow, event: &str, status: Option<u16>, reason: Option<String>) {
+    /// True when the broker has the record.
+    pub(super) async fn audit(
+        &self,
+        row: &OutboxRow,
+        event: &str,
+        status: Option<u16>,
+        reason: Option<String>,
+    ) -> bool {
         let outcome = event == "settled" || super::outcome_of(event, status, reason.as_deref()).is_some();
         let rec = AuditRecord::of(row, event, status, reason);
         let value = serde_json::to_vec(&rec).unwrap_or_default();
         let mut pause = Duration::from_millis(200);
         loop {
             let record = FutureRecord::to(&self.audit_topic).key(row.key.as_str()).payload(&value);
-            let Err((e, _)) = self.audit.send(record, Duration::from_secs(30)).await else { return };
+            let Err((e, _)) = self.audit.send(record, Duration::from_secs(30)).await else { return true };
             if !outcome || self.stop.load(std::sync::atomic::Ordering::Relaxed) {
                 error!(key = %row.key, event, error = %e, "audit record not delivered");
-                return;
+                return false;
             }
             metrics::counter!("tidemark_audit_retries_total").increment(1);
             warn!(key = %row.key, event, error = %e, retry_in = ?pause, "outcome audit record not delivered; producing it again");

@@ -21,6 +21,15 @@ pub(super) fn at_capacity(ctx: &Ctx) -> bool {
     ctx.in_flight.lock().map(|f| f.len() >= super::MAX_STARTED).unwrap_or(true)
 }
 
+/// Logs [`STORED_LOG`] once a final outcome is stored where every later owner finds it: in
+/// the outbox and on the audit topic (standbys and snapshot restores read it there). A crash
+/// before this line is the crash window in which the key may be POSTed again.
+fn stored_log(row: &OutboxRow, stored_and_audited: bool) {
+    if stored_and_audited {
+        tracing::info!(key = %row.key, state = ?row.state, "{STORED_LOG}");
+    }
+}
+
 pub(super) fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: bool) {
     let counted = if from_scan { Counted::count(&ctx.backlog, &row) } else { Counted::adopt(&ctx.backlog, &row) };
     {
@@ -105,22 +114,27 @@ impl Ctx {
                 Outcome::Delivered { status } => {
                     failpoint::hit("dispatch.after_ack_before_mark");
                     row.state = RowState::Delivered { status };
-                    self.finish(id, &row).await;
-                    self.audit(&row, "attempt", Some(status), Some("delivered".into())).await;
+                    let stored = self.finish(id, &row).await;
+                    let audited = self.audit(&row, "attempt", Some(status), Some("delivered".into())).await;
+                    stored_log(&row, stored && audited);
                     break;
                 }
                 Outcome::Conflict => {
                     failpoint::hit("dispatch.after_ack_before_mark");
                     row.state = RowState::Conflict;
-                    self.finish(id, &row).await;
-                    self.audit(&row, "attempt", Some(409), Some("conflict".into())).await;
+                    let stored = self.finish(id, &row).await;
+                    let audited = self.audit(&row, "attempt", Some(409), Some("conflict".into())).await;
+                    stored_log(&row, stored && audited);
                     break;
                 }
                 Outcome::PermanentFailure { status, body_snippet } => {
-                    self.audit(&row, "attempt", Some(status), Some(format!("permanent failure: {body_snippet}"))).await;
+                    let audited = self
+                        .audit(&row, "attempt", Some(status), Some(format!("permanent failure: {body_snippet}")))
+                        .await;
                     row.state = RowState::Failed { status };
                     self.dead_letter(&row, status).await;
-                    self.finish(id, &row).await;
+                    let stored = self.finish(id, &row).await;
+                    stored_log(&row, stored && audited);
                     break;
                 }
                 Outcome::Retry { reason, after } => {
@@ -155,12 +169,14 @@ impl Ctx {
         }
     }
 
-    async fn finish(&self, id: PartitionId, row: &OutboxRow) {
-        if self.persist(id, row).await {
-            tracing::info!(key = %row.key, state = ?row.state, "{STORED_LOG}");
+    /// Stores a row's final state; true when it is durable.
+    async fn finish(&self, id: PartitionId, row: &OutboxRow) -> bool {
+        let stored = self.persist(id, row).await;
+        if stored {
             record(Segment::EndToEnd, chrono::Utc::now().timestamp_millis() - row.source_append_ms);
             tracing::debug!(key = %row.key, state = ?row.state, attempts = row.attempts, "action settled");
         }
+        stored
     }
 
     /// Durable row update, off the async threads (it fsyncs).

@@ -100,7 +100,8 @@ const SECRET_CHECK_EVERY: u32 = 5;
 pub const REDELIVERY_LOG: &str = "action redelivered after restart";
 /// Logged (with `key`) right before each POST, after its attempt count is stored.
 pub const POSTING_LOG: &str = "action posting";
-/// Logged (with `key`) once a final outcome (delivered, conflict, failed) is stored.
+/// Logged (with `key`) once a final outcome (delivered, conflict, failed) is stored in the
+/// outbox and on the audit topic.
 pub const STORED_LOG: &str = "action outcome stored";
 
 /// SKU partitions this process owns, kept by the stream thread.

@@ -16,7 +16,7 @@
 //! The read runs in the rebalance callback, before the stream thread adds the partitions to
 //! the dispatcher's owned set, so no row of theirs can be dispatched before it ends.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,9 +26,10 @@ use rdkafka::Message;
 use tidemark_state::Checkpoint;
 use tracing::{error, info, warn};
 
-use super::settled::audit_outcome_in;
+use super::settled::{audit_outcome_in, resent_key_in};
 use super::Settled;
 use crate::engine::derive::sku_partition;
+use crate::engine::outbox::RowState;
 use crate::kafka::{reader, KafkaSettings};
 
 /// How far before a checkpoint's greatest append time the audit topic is read.
@@ -78,10 +79,16 @@ impl Recall {
         let wanted = |sku: &str| n <= 0 || partitions.contains(&sku_partition(sku, n));
         let started = Instant::now();
         for attempt in 1..=ATTEMPTS {
-            let mut outcomes = Vec::new();
+            // A key's records share an audit partition, in order: an operator's `resend`
+            // (`tidemark actions resend`) after a failure makes the row pending again, and
+            // undoes the outcome before it.
+            let mut outcomes: HashMap<String, RowState> = HashMap::new();
             let read = reader::scan_topic(&self.settings, &self.topic, since, |msg| {
-                if let Some(o) = msg.payload().and_then(audit_outcome_in).filter(|o| wanted(&o.sku)) {
-                    outcomes.push((o.key, o.state));
+                let Some(payload) = msg.payload() else { return };
+                if let Some(o) = audit_outcome_in(payload).filter(|o| wanted(&o.sku)) {
+                    outcomes.insert(o.key, o.state);
+                } else if let Some(key) = resent_key_in(payload) {
+                    outcomes.remove(&key);
                 }
             });
             match read {

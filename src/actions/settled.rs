@@ -75,6 +75,13 @@ pub fn outcome_in(payload: &[u8]) -> Option<(String, RowState)> {
     audit_outcome_in(payload).map(|o| (o.key, o.state))
 }
 
+/// The key of an operator's re-send (`tidemark actions resend`), if the payload is one: the
+/// row is pending again, whatever outcome was audited before.
+pub fn resent_key_in(payload: &[u8]) -> Option<String> {
+    let v: AuditView = serde_json::from_slice(payload).ok()?;
+    (v.event == "resend").then_some(v.key)
+}
+
 /// [`outcome_in`] with the action's SKU (which names its SKU partition).
 pub fn audit_outcome_in(payload: &[u8]) -> Option<AuditOutcome> {
     let v: AuditView = serde_json::from_slice(payload).ok()?;
@@ -174,6 +181,14 @@ mod tests {
         let p = br#"{"key":"k1","event":"attempt","status":200,"reason":"delivered","attempt":1,"sku":"SKU-7"}"#;
         let want = AuditOutcome { key: "k1".into(), sku: "SKU-7".into(), state: RowState::Delivered { status: 200 } };
         assert_eq!(audit_outcome_in(p), Some(want));
+    }
+
+    #[test]
+    fn a_resend_record_names_its_key_and_states_no_outcome() {
+        let p = br#"{"key":"k1","event":"resend","status":422,"reason":"endpoint fixed","sku":"S"}"#;
+        assert_eq!(resent_key_in(p), Some("k1".to_string()));
+        assert_eq!(outcome_in(p), None);
+        assert_eq!(resent_key_in(br#"{"key":"k1","event":"attempt","status":200,"reason":"delivered"}"#), None);
     }
 
     #[test]

@@ -159,6 +159,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         Arc::clone(&opts.stats),
     )?;
     opts.rows = Some(actions.rows);
+    let still_owned = Arc::clone(&actions.owned);
     opts.sku_owned = actions.owned;
     opts.gate = Some(Arc::clone(&actions.gate));
     opts.recall = Some(Arc::new(actions::Recall::new(
@@ -216,8 +217,16 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     };
     opts.store = Some(store);
     let started = Instant::now();
+    let endpoint_timeout = Duration::from_millis(u64::try_from(opts.topology.endpoints.timeout_ms).unwrap_or(5_000));
     let result = stream::run(opts);
     stop.store(true, Ordering::Relaxed);
+    // A clean stop, as a hand-over: no new attempt starts, and those under way store their
+    // outcome before the process goes, so a restart sends none of them again.
+    let left: Vec<i32> = still_owned.lock().map(|o| o.iter().copied().collect()).unwrap_or_default();
+    let busy = actions.gate.release(&left, endpoint_timeout + Duration::from_secs(2));
+    if !busy.is_empty() {
+        tracing::warn!(partitions = ?busy, "actions still under way at shutdown; the next start may send them again");
+    }
     if let Some(t) = standby_thread {
         let _ = t.join();
     }
