@@ -26,7 +26,7 @@ use rdkafka::Message;
 use tidemark_state::Checkpoint;
 use tracing::{error, info, warn};
 
-use super::settled::{audit_outcome_in, resent_key_in};
+use super::settled::{audit_event_in, AuditEvent};
 use super::Settled;
 use crate::engine::derive::sku_partition;
 use crate::engine::outbox::RowState;
@@ -84,11 +84,14 @@ impl Recall {
             // undoes the outcome before it.
             let mut outcomes: HashMap<String, RowState> = HashMap::new();
             let read = reader::scan_topic(&self.settings, &self.topic, since, |msg| {
-                let Some(payload) = msg.payload() else { return };
-                if let Some(o) = audit_outcome_in(payload).filter(|o| wanted(&o.sku)) {
-                    outcomes.insert(o.key, o.state);
-                } else if let Some(key) = resent_key_in(payload) {
-                    outcomes.remove(&key);
+                match msg.payload().and_then(audit_event_in) {
+                    Some(AuditEvent::Outcome(o)) if wanted(&o.sku) => {
+                        outcomes.insert(o.key, o.state);
+                    }
+                    Some(AuditEvent::Resend { key }) => {
+                        outcomes.remove(&key);
+                    }
+                    _ => {}
                 }
             });
             match read {

@@ -75,18 +75,30 @@ pub fn outcome_in(payload: &[u8]) -> Option<(String, RowState)> {
     audit_outcome_in(payload).map(|o| (o.key, o.state))
 }
 
-/// The key of an operator's re-send (`tidemark actions resend`), if the payload is one: the
-/// row is pending again, whatever outcome was audited before.
-pub fn resent_key_in(payload: &[u8]) -> Option<String> {
+/// What one audit record means for recalling outcomes: a final outcome, or an operator's
+/// re-send (`tidemark actions resend`: the row is pending again, whatever came before).
+#[derive(Debug, PartialEq, Eq)]
+pub enum AuditEvent {
+    Outcome(AuditOutcome),
+    Resend { key: String },
+}
+
+/// The [`AuditEvent`] a payload states, if any: parsed once.
+pub fn audit_event_in(payload: &[u8]) -> Option<AuditEvent> {
     let v: AuditView = serde_json::from_slice(payload).ok()?;
-    (v.event == "resend").then_some(v.key)
+    if v.event == "resend" {
+        return Some(AuditEvent::Resend { key: v.key });
+    }
+    let state = outcome_of(&v.event, v.status, v.reason.as_deref())?;
+    Some(AuditEvent::Outcome(AuditOutcome { key: v.key, sku: v.sku, state }))
 }
 
 /// [`outcome_in`] with the action's SKU (which names its SKU partition).
 pub fn audit_outcome_in(payload: &[u8]) -> Option<AuditOutcome> {
-    let v: AuditView = serde_json::from_slice(payload).ok()?;
-    let state = outcome_of(&v.event, v.status, v.reason.as_deref())?;
-    Some(AuditOutcome { key: v.key, sku: v.sku, state })
+    match audit_event_in(payload)? {
+        AuditEvent::Outcome(o) => Some(o),
+        AuditEvent::Resend { .. } => None,
+    }
 }
 
 /// The final outcome an audit record states, if it states one: an `attempt` that was
@@ -186,9 +198,10 @@ mod tests {
     #[test]
     fn a_resend_record_names_its_key_and_states_no_outcome() {
         let p = br#"{"key":"k1","event":"resend","status":422,"reason":"endpoint fixed","sku":"S"}"#;
-        assert_eq!(resent_key_in(p), Some("k1".to_string()));
+        assert_eq!(audit_event_in(p), Some(AuditEvent::Resend { key: "k1".to_string() }));
         assert_eq!(outcome_in(p), None);
-        assert_eq!(resent_key_in(br#"{"key":"k1","event":"attempt","status":200,"reason":"delivered"}"#), None);
+        let attempt = br#"{"key":"k1","event":"attempt","status":200,"reason":"delivered"}"#;
+        assert!(matches!(audit_event_in(attempt), Some(AuditEvent::Outcome(_))), "an outcome, not a re-send");
     }
 
     #[test]
