@@ -439,3 +439,82 @@ fn pause_needs_the_bearer_token_off_loopback_is_exported_and_survives_a_restart(
     assert_eq!(gauge(port, "tidemark_paused"), Some(0.0));
     child.finish();
 }
+
+/// Sets one config of `topic`, keeping its other topic-level settings (AlterConfigs replaces
+/// the whole set: the compaction policy `tidemark topics` gave it must stay).
+fn set_topic_config(topic: &str, key: &str, value: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ConfigSource, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = settings().client_config().create().expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let described = rt
+        .block_on(admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new()))
+        .expect("describe configs");
+    let resource = described.into_iter().next().expect("one resource").expect("topic configs");
+    let kept: Vec<(String, String)> = resource
+        .entries
+        .iter()
+        .filter(|e| e.source == ConfigSource::DynamicTopic && e.name != key)
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    let mut change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
+    for (k, v) in &kept {
+        change = change.set(k, v);
+    }
+    let altered = rt.block_on(admin.alter_configs(&[change], &AdminOptions::new())).expect("alter configs");
+    assert!(altered.iter().all(Result::is_ok), "{altered:?}");
+}
+
+#[test]
+fn a_main_output_the_broker_refuses_keeps_the_process_up_and_not_ready_and_is_written_whole_once_allowed() {
+    let orders = unique("refused");
+    let t = topology(&orders, &unique("run-refused"));
+    create_topics(&t);
+    generate(&orders, &["--events", "600", "--rate", "5000", "--seed", "21"]);
+    // No dashboard record fits: the broker refuses every batch to that topic, for good.
+    set_topic_config(&t.dashboard, "max.message.bytes", "64");
+    let state = tempfile::tempdir().expect("tmp");
+    let (log, log_path) = log_beside(state.path());
+    let port = free_port();
+    let child = run_command(&t, state.path(), &unique("g"))
+        .env("TIDEMARK_HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .env("TIDEMARK_LOG", "warn")
+        .stderr(log)
+        .spawn()
+        .expect("spawn tidemark run");
+    let mut child = scopeguard(child);
+    let why = wait_for(Duration::from_secs(60), "not ready, naming the refused topic", || {
+        let (status, body) = http("GET", port, "/readyz")?;
+        (status == 503 && body.contains(&t.dashboard)).then_some(body)
+    });
+    assert!(why.contains("refused"), "{why}");
+    // It starts its stream again (and again) instead of exiting into a crash loop.
+    let page = wait_for(Duration::from_secs(60), "two restarts of the stream", || {
+        let page = http("GET", port, "/metrics")?.1;
+        let restarts = metric(&page, "tidemark_stream_restarts_total").iter().map(|(_, v)| *v).sum::<f64>();
+        (restarts >= 2.0).then_some(page)
+    });
+    let refusals = metric(&page, "tidemark_output_refusals_total");
+    assert!(
+        refusals.iter().any(|(labels, v)| labels.contains(&t.dashboard) && *v > 0.0),
+        "refusals are counted per topic: {refusals:?}"
+    );
+    assert!(child.0.try_wait().expect("wait").is_none(), "the process must stay up while its outputs are refused");
+    assert_eq!(http("GET", port, "/healthz").map(|r| r.0), Some(200), "alive while it waits");
+
+    // The topic is fixed: every row is written, equal to an unhindered run over the same log.
+    set_topic_config(&t.dashboard, "max.message.bytes", "1048588");
+    wait_for(Duration::from_secs(90), "ready once the outputs are written", || {
+        (http("GET", port, "/readyz")?.0 == 200).then_some(())
+    });
+    child.finish();
+    let reference = topology(&orders, &unique("run-reference"));
+    create_topics(&reference);
+    let ref_state = tempfile::tempdir().expect("tmp");
+    run_to_end(&reference, ref_state.path(), &unique("g"));
+    let got = without_as_of(&compacted(&t.dashboard));
+    assert!(!got.is_empty());
+    assert_eq!(got, without_as_of(&compacted(&reference.dashboard)));
+    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(text.contains("outputs refused"), "the log says why:\n{text}");
+}

@@ -42,8 +42,18 @@ impl Broker {
 
     /// SIGKILL, then start again on the same data directory.
     pub fn kill_and_restart(&self) -> anyhow::Result<()> {
-        self.call("kill")?;
+        self.kill()?;
         std::thread::sleep(std::time::Duration::from_millis(500));
+        self.restart()
+    }
+
+    /// SIGKILL: the broker is gone until [`Broker::restart`].
+    pub fn kill(&self) -> anyhow::Result<()> {
+        self.call("kill")
+    }
+
+    /// Starts a killed broker again on its data directory.
+    pub fn restart(&self) -> anyhow::Result<()> {
         self.call("restart")
     }
 }

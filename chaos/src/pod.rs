@@ -175,12 +175,18 @@ impl Pod {
 
     /// The pod's `/metrics` page, if it answers.
     pub fn metrics(&self) -> Option<String> {
+        self.get("/metrics").map(|(_, text)| text)
+    }
+
+    /// GET `path` on the pod's HTTP port: (status, whole response), if it answers.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
-        Some(text)
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, text))
     }
 
     /// Redeliveries this pod's processes logged, over every restart: the durable twin of

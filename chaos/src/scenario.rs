@@ -40,6 +40,9 @@ pub enum Fault {
     EndpointChaos,
     /// kill -9 the broker mid-run and restart it.
     BrokerRestart,
+    /// kill -9 the broker mid-run and keep it down this long (SPEC §6: 10 minutes). Every pod
+    /// must stay up and live, and say it is not ready, then catch up once it is back.
+    BrokerOutage(Duration),
     /// SIGTERM and restart, several times; each exit must be clean and in time.
     SigtermCycles(u32),
     /// Append the whole log a second time.
@@ -54,6 +57,17 @@ pub enum Fault {
     /// SIGKILL a group-managed pod mid-run and delete its state directory; it stays down until
     /// the others own its partitions, then starts empty and must rejoin.
     VolumeLost,
+    /// Partitions go A → B → A (group-managed, two pods): A leaves on SIGTERM and B takes
+    /// everything, B delivers for a moment and is SIGKILLed (often before its next snapshot
+    /// round), A comes back and takes everything at its own older checkpoint, then B rejoins.
+    /// What B delivered must not be sent again by A.
+    BackAndForth,
+    /// The endpoint answers 200 this late from now on (within the client's timeout): the
+    /// attempts of the faults that follow are under way when partitions move.
+    SlowAnswers(Duration),
+    /// A graceful move both ways (group-managed, two pods): A leaves on SIGTERM and B takes
+    /// everything, then A starts again and takes its share back from B.
+    HandOverAndBack,
 }
 
 #[derive(Clone, Debug)]
@@ -126,6 +140,16 @@ pub fn short_profile() -> Vec<Scenario> {
             events: 6000,
         },
         Scenario {
+            name: "broker-down-ten-minutes",
+            microbatch: false,
+            group: true,
+            snapshots: false,
+            standbys: false,
+            pods: 2,
+            faults: vec![Fault::BrokerOutage(Duration::from_secs(600))],
+            events: 12_000,
+        },
+        Scenario {
             name: "state-directory-wiped",
             microbatch: false,
             group: false,
@@ -187,6 +211,42 @@ pub fn short_profile() -> Vec<Scenario> {
             faults: vec![Fault::GoneForGood],
             // 16 s of input: the kill lands while it is still produced, after a cold start's
             // warm-up (up to 8 s on a new group) and the join.
+            events: 24_000,
+        },
+        Scenario {
+            // Issue 39's operator trial: 2 → 3 pods, then two of them gone for good; snapshots
+            // and no standbys. It re-sent 65 of 140 completed actions before the fix.
+            name: "three-pods-two-gone-for-good",
+            microbatch: false,
+            group: true,
+            snapshots: true,
+            standbys: false,
+            pods: 2,
+            faults: vec![Fault::ScaleTo(3), Fault::GoneForGood, Fault::GoneForGood],
+            events: 48_000,
+        },
+        Scenario {
+            name: "partition-moves-back-and-forth",
+            microbatch: false,
+            group: true,
+            snapshots: true,
+            standbys: false,
+            pods: 2,
+            faults: vec![Fault::BackAndForth],
+            // 24 s of input: B still receives input after A has left.
+            events: 36_000,
+        },
+        Scenario {
+            name: "slow-endpoint-during-a-hand-over",
+            microbatch: false,
+            group: true,
+            snapshots: true,
+            standbys: false,
+            pods: 2,
+            // 300 ms answers against a 500 ms client timeout: every hand-over finds attempts
+            // under way and attempts waiting for an HTTP place. No pod crashes here, so no
+            // key may be POSTed again at all.
+            faults: vec![Fault::SlowAnswers(Duration::from_millis(300)), Fault::HandOverAndBack],
             events: 24_000,
         },
         Scenario {
@@ -680,6 +740,44 @@ fn inject(
             env.broker.kill_and_restart()?;
             report.faults.push("broker kill -9 and restart".into());
         }
+        Fault::BrokerOutage(length) => {
+            std::thread::sleep(pause(rng, 1500, 3000));
+            env.broker.kill()?;
+            report.faults.push(format!("broker kill -9, down for {} s ({})", length.as_secs(), input_state(generator)));
+            let down = Instant::now();
+            let mut not_ready = vec![false; pods.len()];
+            while down.elapsed() < length {
+                for (k, p) in pods.iter_mut().enumerate() {
+                    if let Some(status) = p.reap() {
+                        ends.record(
+                            p,
+                            &format!("{} exited during the broker outage ({status})", p.name),
+                            !status.success(),
+                        );
+                        fail(report, &format!("{} exited during the broker outage ({status})", p.name));
+                        p.start(None)?;
+                        continue;
+                    }
+                    match p.get("/healthz") {
+                        Some((200, _)) => {}
+                        other => {
+                            // A kubelet would restart it: liveness must hold through an outage.
+                            let status = other.map_or("no answer".to_string(), |(s, _)| s.to_string());
+                            fail(report, &format!("{}: /healthz {status} during the broker outage", p.name));
+                        }
+                    }
+                    not_ready[k] |= p.get("/readyz").is_some_and(|(s, _)| s == 503);
+                }
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            env.broker.restart()?;
+            report.faults.push("broker started again".into());
+            for (p, seen) in pods.iter().zip(&not_ready) {
+                if !seen {
+                    fail(report, &format!("{} never said it was not ready during the broker outage", p.name));
+                }
+            }
+        }
         Fault::SigtermCycles(n) => {
             for _ in 0..n {
                 std::thread::sleep(pause(rng, 300, 1500));
@@ -761,6 +859,59 @@ fn inject(
             if pods[i].standbys && !pods[i].log_since(mark).contains(WARM_LOG) {
                 fail(report, &format!("{} rejoined without its standby tasks warm", pods[i].name));
             }
+        }
+        Fault::BackAndForth => {
+            wait_balanced(pods, Duration::from_secs(60))?;
+            std::thread::sleep(pause(rng, 1000, 3000));
+            anyhow::ensure!(pods.len() == 2, "partitions move back and forth between two pods");
+            let a = rng.gen_range(0..2);
+            let b = 1 - a;
+            let clean = pods[a].sigterm(Duration::from_secs(30))?;
+            ends.stopped(&pods[a], "back and forth: SIGTERM", clean);
+            if !clean {
+                fail(report, &format!("{} did not exit cleanly on SIGTERM", pods[a].name));
+            }
+            wait_taken_over(pods, a, Duration::from_secs(60))?;
+            report.faults.push(format!("{} left on SIGTERM; {} took every partition", pods[a].name, pods[b].name));
+            // B delivers for the partitions it took, then dies, often before its next
+            // snapshot round (every 2 s).
+            std::thread::sleep(pause(rng, 800, 2500));
+            if pods[b].sigkill()? {
+                ends.record(&pods[b], &format!("SIGKILL {} after it took every partition", pods[b].name), true);
+            }
+            report.kills += 1;
+            pods[a].start(None)?;
+            wait_taken_over(pods, b, Duration::from_secs(60))?;
+            report.faults.push(format!(
+                "SIGKILL {} ({}); {} came back and took every partition",
+                pods[b].name,
+                input_state(generator),
+                pods[a].name
+            ));
+            pods[b].start(None)?;
+            wait_balanced(pods, Duration::from_secs(120))?;
+            report.faults.push(format!("{} rejoined", pods[b].name));
+        }
+        Fault::HandOverAndBack => {
+            wait_balanced(pods, Duration::from_secs(60))?;
+            std::thread::sleep(pause(rng, 1000, 2500));
+            anyhow::ensure!(pods.len() == 2, "a hand-over both ways needs two pods");
+            let a = rng.gen_range(0..2);
+            let clean = pods[a].sigterm(Duration::from_secs(30))?;
+            ends.stopped(&pods[a], "hand-over: SIGTERM", clean);
+            if !clean {
+                fail(report, &format!("{} did not exit cleanly on SIGTERM", pods[a].name));
+            }
+            wait_taken_over(pods, a, Duration::from_secs(60))?;
+            report.faults.push(format!("{} left on SIGTERM; {} took every partition", pods[a].name, pods[1 - a].name));
+            std::thread::sleep(pause(rng, 800, 2000));
+            pods[a].start(None)?;
+            wait_balanced(pods, Duration::from_secs(120))?;
+            report.faults.push(format!("{} came back and took its share back", pods[a].name));
+        }
+        Fault::SlowAnswers(delay) => {
+            server.set_behaviour(Behaviour::SlowAnswer(delay));
+            report.faults.push(format!("endpoint answers 200 after {} ms from here on", delay.as_millis()));
         }
         Fault::AppendTwice | Fault::WipeState => {}
     }

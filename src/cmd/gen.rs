@@ -113,6 +113,9 @@ fn produce(args: &GenArgs, settings: &KafkaSettings, generator: Generator) -> an
         .set("linger.ms", "10")
         .set("compression.type", "lz4")
         .set("queue.buffering.max.messages", "500000")
+        // No delivery deadline: through a broker outage the records wait (the paced loop
+        // blocks once the local queue is full) instead of being dropped after 5 minutes.
+        .set("message.timeout.ms", "0")
         .create()
         .context("creating producer")?;
     let total = args.events;
@@ -156,7 +159,9 @@ fn produce(args: &GenArgs, settings: &KafkaSettings, generator: Generator) -> an
             );
         }
     }
-    producer.flush(Duration::from_secs(120)).context("flushing generated records")?;
+    while let Err(e) = producer.flush(Duration::from_secs(10)) {
+        eprintln!("gen: {} record(s) not yet acknowledged by the broker ({e}); waiting", producer.in_flight_count());
+    }
     eprintln!("gen: produced {} records in {:.1}s", summary.records, started.elapsed().as_secs_f64());
     Ok(summary)
 }

@@ -36,6 +36,9 @@ pub enum Behaviour {
     FailFirst { n: usize, status: u16 },
     /// 200 after sleeping this long (longer than the client's timeout, to provoke one).
     Slow(Duration),
+    /// 200 after sleeping this long, within the client's timeout: a slow endpoint that
+    /// still acknowledges (recorded as answered).
+    SlowAnswer(Duration),
     /// Read the request, then reset the connection (RST) without answering.
     Reset,
     /// Reset the first `n` requests, then 200.
@@ -88,7 +91,10 @@ struct Script {
 
 enum Action {
     Respond(u16),
+    /// 200 past the client's timeout: not seen as answered.
     RespondAfter(Duration),
+    /// 200 within the client's timeout.
+    AnswerAfter(Duration),
     Reset,
     Close,
 }
@@ -102,6 +108,7 @@ impl Script {
             Behaviour::Status(code) => Action::Respond(code),
             Behaviour::FailFirst { n, status } => Action::Respond(if i < n { status } else { 200 }),
             Behaviour::Slow(delay) => Action::RespondAfter(delay),
+            Behaviour::SlowAnswer(delay) => Action::AnswerAfter(delay),
             Behaviour::Reset => Action::Reset,
             Behaviour::ResetFirst(n) if i < n => Action::Reset,
             Behaviour::ResetFirst(_) => Action::Respond(200),
@@ -219,12 +226,13 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
         let mut request = request;
         request.answered = match action {
             Action::Respond(status) => Some(status),
+            Action::AnswerAfter(_) => Some(200),
             _ => None,
         };
         lock(&shared.requests).push(request);
         let status = match action {
             Action::Respond(status) => status,
-            Action::RespondAfter(delay) => {
+            Action::RespondAfter(delay) | Action::AnswerAfter(delay) => {
                 tokio::time::sleep(delay).await;
                 200
             }

@@ -2,7 +2,7 @@
 //! the commit waits for every acknowledgement: a crash in between replays the same inputs
 //! from the old checkpoint and produces the same records again (upserts are idempotent).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -13,7 +13,7 @@ use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
 use tidemark_topology::config::Topology;
-use tracing::{error, warn};
+use tracing::warn;
 
 use super::KafkaSettings;
 use crate::engine::output::{truncate_to_fit, MAX_SIDE_OUTPUT_BYTES};
@@ -57,9 +57,35 @@ fn too_large(e: &KafkaError) -> bool {
     )
 }
 
+/// Main outputs (dashboard, finance, repartition, combine) the producer or the broker
+/// refused for good in one flush (ACL, deleted topic, record larger than the topic allows).
+/// Their batch is not committed: the stream starts again from its checkpoint and produces
+/// the same records again, in order ([`crate::stream::run`]); the process stays up.
+#[derive(Debug)]
+pub struct OutputsRefused {
+    /// Records refused, per topic, with the last error seen for it.
+    pub by_topic: BTreeMap<String, (u64, String)>,
+}
+
+impl std::fmt::Display for OutputsRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> =
+            self.by_topic.iter().map(|(t, (n, e))| format!("{n} record(s) to {t} ({e})")).collect();
+        write!(f, "outputs refused by the broker: {}; state not committed", parts.join(", "))
+    }
+}
+
+impl std::error::Error for OutputsRefused {}
+
+/// How long records may wait for their acknowledgement before the process says it is not
+/// ready (a broker outage, a deleted topic the producer waits for).
+pub const UNACKNOWLEDGED_NOT_READY: Duration = Duration::from_secs(30);
+
 #[derive(Default)]
 pub struct DeliveryContext {
     failed: AtomicU64,
+    /// Main-output refusals since the last flush, per topic: (records, last error).
+    refused: Mutex<BTreeMap<String, (u64, String)>>,
     /// Topics whose failed records are re-sent rather than failing the commit.
     side_topics: HashSet<String>,
     resend: Mutex<Vec<Resend>>,
@@ -90,8 +116,20 @@ impl ProducerContext for DeliveryContext {
                 return;
             }
         }
-        error!(error = %e, "output record not delivered");
+        // Logged once per flush, by the stream (one line, not one per record).
+        counter!("tidemark_output_refusals_total", "topic" => msg.topic().to_string()).increment(1);
+        self.refuse(msg.topic(), &e.to_string());
+    }
+}
+
+impl DeliveryContext {
+    fn refuse(&self, topic: &str, error: &str) {
         self.failed.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut r) = self.refused.lock() {
+            let entry = r.entry(topic.to_string()).or_insert((0, String::new()));
+            entry.0 += 1;
+            entry.1 = error.to_string();
+        }
     }
 }
 
@@ -130,6 +168,16 @@ impl OutputSink {
         for topic in [&t.dead_letter.topic, &t.late.topic] {
             counter!("tidemark_side_output_retries_total", "topic" => topic.clone()).increment(0);
             counter!("tidemark_side_outputs_truncated_total", "topic" => topic.clone()).increment(0);
+        }
+        for topic in [
+            &t.dashboard.topic,
+            &t.finance_provisional.topic,
+            &t.sku_repartition.topic,
+            &t.combine_repartition.topic,
+            &t.dashboard_combined.topic,
+            &t.finance_provisional_combined.topic,
+        ] {
+            counter!("tidemark_output_refusals_total", "topic" => topic.clone()).increment(0);
         }
         Ok(OutputSink {
             producer,
@@ -223,7 +271,14 @@ impl OutputSink {
                         self.send_side(resend);
                         break;
                     }
-                    Err((e, _)) => anyhow::bail!("producing to {}: {e}", self.topic(r.sink)),
+                    Err((e, _)) => {
+                        // Refused locally (larger than message.max.bytes, unknown partition):
+                        // the batch is not committed, as when the broker refuses it.
+                        let topic = self.topic(r.sink);
+                        counter!("tidemark_output_refusals_total", "topic" => topic.to_string()).increment(1);
+                        self.producer.context().refuse(topic, &e.to_string());
+                        break;
+                    }
                 }
             }
         }
@@ -268,7 +323,10 @@ impl OutputSink {
     }
 
     /// Waits until every queued record is acknowledged. An error means some record was not
-    /// delivered: the caller must not commit the state that produced it.
+    /// delivered: the caller must not commit the state that produced it. A main output
+    /// refused for good gives [`OutputsRefused`]; side outputs are produced again until
+    /// written. Records unacknowledged for [`UNACKNOWLEDGED_NOT_READY`] (broker down, topic
+    /// deleted) make the process not ready while it waits.
     /// `alive` is called while waiting, so liveness reflects a loop that waits, not one that hangs.
     ///
     /// Not `Producer::flush`: rdkafka 0.39's `BaseProducer::poll` always blocks for its whole
@@ -277,6 +335,7 @@ impl OutputSink {
     /// sleeping 1 ms between checks returns within ~1 ms of the last acknowledgement.
     pub fn flush(&self, alive: &dyn Fn()) -> anyhow::Result<()> {
         let mut since_warning = Instant::now();
+        let (waiting_since, mut waiting_reported) = (Instant::now(), false);
         let mut backoff = Duration::from_millis(50);
         loop {
             self.producer.poll(Duration::ZERO);
@@ -312,14 +371,29 @@ impl OutputSink {
                 alive();
                 tracing::warn!(in_flight, "outputs not yet acknowledged; waiting");
             }
+            if !waiting_reported && waiting_since.elapsed() >= UNACKNOWLEDGED_NOT_READY {
+                waiting_reported = true;
+                if let Some(p) = &self.progress {
+                    p.outputs_blocked(Some(format!(
+                        "{in_flight} output record(s) not acknowledged by the broker for {} s; commits wait (see the log)",
+                        UNACKNOWLEDGED_NOT_READY.as_secs()
+                    )));
+                }
+            }
             std::thread::sleep(Duration::from_millis(1));
-        }
-        if let Some(p) = &self.progress {
-            p.outputs_blocked(None);
         }
         let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
         if failed > 0 {
-            anyhow::bail!("{failed} output record(s) were not delivered; state not committed");
+            let by_topic =
+                self.producer.context().refused.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
+            if by_topic.is_empty() {
+                anyhow::bail!("{failed} output record(s) were not delivered; state not committed");
+            }
+            // Stays not ready: the stream reports the restart and clears this once written.
+            return Err(OutputsRefused { by_topic }.into());
+        }
+        if let Some(p) = &self.progress {
+            p.outputs_blocked(None);
         }
         Ok(())
     }

@@ -33,7 +33,7 @@ use crate::engine::outbox::OutboxRow;
 use crate::engine::{OutputRecord, SourceRecord, Stats};
 use crate::failpoint;
 use crate::kafka::context::{AssignmentEvent, TaskContext};
-use crate::kafka::sink::OutputSink;
+use crate::kafka::sink::{OutputSink, OutputsRefused};
 use crate::kafka::KafkaSettings;
 use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
@@ -185,7 +185,45 @@ pub(crate) fn partition_counts(consumer: &Consumer_, topics: &[&str]) -> anyhow:
 
 /// Runs until `stop` is set (SIGTERM/SIGINT) or, with `exit_at_end`, the log is drained.
 /// Returns after a final commit: nothing processed is lost on a clean stop.
+///
+/// Outputs the broker refuses for good (ACL, deleted topic, a record larger than the topic
+/// allows: [`OutputsRefused`]) do not end the process: their batch is not committed, the
+/// stream closes its consumer and starts again from its checkpoints after a pause (1 s,
+/// doubling to 60 s or half the session timeout), producing the same records again, as a restart would, while the
+/// process stays alive, says why it is not ready and counts the restarts. A record that can
+/// never be written holds its partitions until an operator fixes the topic.
 pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
+    metrics::counter!("tidemark_stream_restarts_total", "reason" => "outputs_refused").increment(0);
+    // Back within the session timeout, a static member gets its partitions back unmoved.
+    let longest = RESTART_PAUSE_MAX.min(opts.session_timeout / 2).max(RESTART_PAUSE_FIRST);
+    let mut pause = RESTART_PAUSE_FIRST;
+    loop {
+        match run_once(opts.clone()) {
+            Err(e) if refused(&e) && !opts.stop.load(Ordering::Relaxed) => {
+                let why = format!("{e:#}; the stream starts again from its checkpoint in {} s", pause.as_secs());
+                warn!(error = %why, "outputs refused: nothing is lost, the batch is produced again");
+                metrics::counter!("tidemark_stream_restarts_total", "reason" => "outputs_refused").increment(1);
+                opts.progress.outputs_blocked(Some(why));
+                let until = Instant::now() + pause;
+                while Instant::now() < until && !opts.stop.load(Ordering::Relaxed) {
+                    opts.progress.beat();
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                pause = (pause * 2).min(longest);
+            }
+            other => return other,
+        }
+    }
+}
+
+const RESTART_PAUSE_FIRST: Duration = Duration::from_secs(1);
+const RESTART_PAUSE_MAX: Duration = Duration::from_secs(60);
+
+fn refused(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<OutputsRefused>())
+}
+
+fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     let t = &opts.topology;
     let store = match &opts.store {
         Some(s) => Arc::clone(s),
@@ -294,6 +332,9 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
         held_at: None,
     };
     let result = runner.run_loop(&consumer);
+    if result.as_ref().is_err_and(refused) {
+        runner.let_go();
+    }
     // From here nothing handles assignment events: a closing consumer waits for its
     // revocations to be released.
     consumer.context().release_pending(&consumer);
@@ -456,6 +497,28 @@ impl Runner {
         if !busy.is_empty() {
             warn!(partitions = ?busy, "actions still under way after {limit:?}; the next owner may send them again");
         }
+    }
+
+    /// Gives every task up before the stream starts again after refused outputs, as a
+    /// revocation would without its commit (the batch is not durable): the dispatcher stops
+    /// for the SKU partitions (attempts under way store their outcome), the standby thread
+    /// keeps the partitions from their last commit, the progress report shows them unowned.
+    fn let_go(&mut self) {
+        let ids: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        self.quiesce_actions(&ids);
+        for id in &ids {
+            self.opts.progress.revoked(*id);
+            if id.source == SKU_REPARTITION {
+                if let Ok(mut o) = self.opts.sku_owned.lock() {
+                    o.remove(&id.partition);
+                }
+            }
+        }
+        self.tasks.clear();
+        if let Some(standbys) = &self.opts.standbys {
+            standbys.adopt(&ids);
+        }
+        self.opts.stats.assigned.store(0, Ordering::Relaxed);
     }
 
     fn handle_assignment(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
