@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tidemark_topology::gen::Spike;
 
 #[derive(Parser, Debug)]
-#[command(name = "tidemark", version, about = "Deterministic, crash-safe stateful stream processing for order events")]
+#[command(name = "tidemark", version = crate::build_info::LONG_VERSION, about = "Deterministic, crash-safe stateful stream processing for order events")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -20,10 +20,12 @@
 //! - [`status`]: the live status line and final summary.
 //! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
 //!   engine and an in-memory store; see `docs/test-driver.md`.
+//! - [`tasks`]: the task manager being built (issue 32): the topic ↔ source mapping so far.
 //! - [`telemetry`]: `/metrics` and the probes, pause/resume on the admin listener, the
 //!   backlog-age prober.
 
 pub mod actions;
+pub mod build_info;
 pub mod cli;
 pub mod cmd;
 pub mod dispatch;
@@ -36,5 +38,6 @@ pub mod snapshot;
 pub mod standby;
 pub mod status;
 pub mod stream;
+pub mod tasks;
 pub mod telemetry;
 pub mod testkit;
