@@ -3,13 +3,17 @@
 //! bytes per entry on disk, the cost of a batched lookup per id (half hits, half misses) and
 //! the time compaction takes to expire all of them once the horizon passes them.
 //!
-//! ```sh
-//! cargo run --release -p tidemark-state --example dedup_footprint -- 50000000 /path/to/dir
-//! ```
-//! Prints one JSON object. The directory must not exist or be empty; it is removed at the end.
-
+//! Two modes:
+//! - `cargo bench -p tidemark-state --bench dedup_footprint`: criterion timings of a batched
+//!   lookup (8,000 ids, half hits) and of one commit's worth of inserts, on a small store.
+//! - `cargo bench -p tidemark-state --bench dedup_footprint -- --report N DIR`: the footprint
+//!   at volume, one JSON object on stdout (what `bench/run footprint` records). DIR must not
+//!   exist or be empty; it is removed at the end.
+use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
+
+use criterion::{BatchSize, Criterion, Throughput};
 
 use tidemark_state::{PartitionId, Store, StoreOptions};
 
@@ -46,12 +50,75 @@ fn sst_bytes(dir: &Path) -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let n: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5_000_000);
-    let dir = args
-        .next()
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("tidemark-dedup-footprint"));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--report") {
+        let n: u64 = args.get(at + 1).ok_or("--report N DIR: N missing")?.parse()?;
+        let dir = args
+            .get(at + 2)
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("tidemark-dedup-footprint"));
+        return report(n, &dir);
+    }
+    let mut c = Criterion::default().configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+    Ok(())
+}
+
+/// Criterion timings on a store of `PREFILL` compacted entries.
+fn bench(c: &mut Criterion) {
+    const PREFILL: u64 = 200_000;
+    let dir = tempfile::tempdir().expect("tmp");
+    let store =
+        Store::open(dir.path(), &StoreOptions { sync_commits: false, ..StoreOptions::default() }).expect("open");
+    let mut buf = String::new();
+    let mut batch = store.batch();
+    for i in 0..PREFILL {
+        id(i, &mut buf);
+        batch.put_dedup(PartitionId::orders((i % PARTITIONS as u64) as i32), &buf, 1_700_000_000_000 + (i / 20) as i64);
+    }
+    batch.commit().expect("commit");
+    store.compact_dedup();
+    let mut g = c.benchmark_group("dedup_footprint");
+    // Half of the ids stored, half never written, one partition's batch of 8,000.
+    let ids: Vec<String> = (0..8_000u64)
+        .map(|k| {
+            let n_id = if k.is_multiple_of(2) { (k * PARTITIONS as u64) % PREFILL } else { PREFILL + k };
+            id(n_id - n_id % PARTITIONS as u64, &mut buf);
+            buf.clone()
+        })
+        .collect();
+    g.throughput(Throughput::Elements(ids.len() as u64));
+    g.bench_function("lookup_8000_half_hits", |b| {
+        b.iter(|| black_box(store.dedup_lookup(PartitionId::orders(0), &ids).expect("lookup")))
+    });
+    let mut next = PREFILL * 2;
+    g.throughput(Throughput::Elements(COMMIT as u64));
+    g.bench_function("insert_one_commit", |b| {
+        b.iter_batched(
+            || {
+                let start = next;
+                next += COMMIT as u64;
+                start
+            },
+            |start| {
+                let mut buf = String::new();
+                let mut batch = store.batch();
+                for i in start..start + COMMIT as u64 {
+                    id(i, &mut buf);
+                    batch.put_dedup(PartitionId::orders((i % PARTITIONS as u64) as i32), &buf, 1_700_000_000_000);
+                }
+                batch.commit().expect("commit")
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+/// The footprint of `n` entries in `dir`: one JSON object on stdout.
+fn report(n: u64, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = dir.to_path_buf();
     let _ = std::fs::remove_dir_all(&dir);
     let store = Store::open(&dir, &StoreOptions { sync_commits: false, ..StoreOptions::default() })?;
     let before = sst_bytes(&dir);

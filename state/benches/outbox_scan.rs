@@ -5,11 +5,16 @@
 //! RSS during it (the peak is reset between phases through `/proc/self/clear_refs`), so the
 //! pending path's memory is its own, not the full scan's. Prints one JSON object.
 //!
-//! ```sh
-//! cargo run --release -p tidemark-state --example outbox_scan -- 1000000 /path/to/dir
-//! ```
+//! Two modes:
+//! - `cargo bench -p tidemark-state --bench outbox_scan`: criterion timings of the pending
+//!   scan and of the full scan over a small store (20,000 rows, 1 % pending).
+//! - `cargo bench -p tidemark-state --bench outbox_scan -- --report N DIR`: the figures above
+//!   at volume, one JSON object on stdout (what `bench/run footprint` records).
 
+use std::hint::black_box;
 use std::time::Instant;
+
+use criterion::Criterion;
 
 use tidemark_state::{OutboxIndex, PartitionId, Store, StoreOptions};
 
@@ -36,12 +41,23 @@ fn phase_json(name: &str, before: u64) -> String {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let n: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1_000_000);
-    let dir =
-        args.next().map(std::path::PathBuf::from).unwrap_or_else(|| std::env::temp_dir().join("tidemark-outbox-scan"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = Store::open(&dir, &StoreOptions { sync_commits: false, ..StoreOptions::default() })?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--report") {
+        let n: u64 = args.get(at + 1).ok_or("--report N DIR: N missing")?.parse()?;
+        let dir = args
+            .get(at + 2)
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("tidemark-outbox-scan"));
+        return report(n, &dir);
+    }
+    let mut c = Criterion::default().configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+    Ok(())
+}
+
+/// `n` rows of ~600 bytes in 4 SKU partitions, 1 % pending, committed 20,000 at a time.
+fn fill(store: &Store, n: u64) -> Result<(), Box<dyn std::error::Error>> {
     let row = vec![b'r'; 600];
     let mut batch = store.batch();
     for i in 0..n {
@@ -54,6 +70,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     batch.commit()?;
+    Ok(())
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store =
+        Store::open(dir.path(), &StoreOptions { sync_commits: false, ..StoreOptions::default() }).expect("open");
+    fill(&store, 20_000).expect("fill");
+    let mut g = c.benchmark_group("outbox_scan");
+    g.bench_function("pending_index_20000_rows", |b| {
+        b.iter(|| black_box(store.outbox_pending(PartitionId::sku(0)).expect("pending").len()))
+    });
+    g.bench_function("full_scan_20000_rows", |b| {
+        b.iter(|| black_box(store.outbox_scan(PartitionId::sku(0)).expect("scan").len()))
+    });
+    g.finish();
+}
+
+/// The scan and expiry figures of `n` rows in `dir`: one JSON object on stdout.
+fn report(n: u64, dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = dir.to_path_buf();
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = Store::open(&dir, &StoreOptions { sync_commits: false, ..StoreOptions::default() })?;
+    fill(&store, n)?;
 
     let before = phase_start();
     let t = Instant::now();
