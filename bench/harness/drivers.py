@@ -1,0 +1,660 @@
+"""One driver per kind of scenario. A driver has
+  setup(ctx)                      once per series (input shared by every run, e.g. a log to drain),
+  run(ctx, system, run_id) -> {}  one run of one system: its measures (numbers), `keys_sha256`
+                                  and `distinct_keys` for the output check, `outputs_ok`,
+  series(ctx, runs) -> {}         time series for the plot {title: {label: (xs, ys)}},
+  teardown(ctx).
+ctx holds the scenario (ctx.sc, ctx.p = its params), the broker, the systems, ctx.raw (the
+raw folder of this series) and ctx.tag (a prefix unique to the series)."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from .endpoint import Endpoint
+from .sampler import Sampler, scrape
+from .systems import Tidemark, tail
+from .util import BenchError, du_bytes, free_port, kill9, log, median, percentile, stop
+
+RULE = {"min_units": 50, "factor": "3.0", "baseline_windows": 15}
+
+
+def rule(ctx):
+    return {**RULE, **ctx.p.get("rule", {})}
+
+
+def tm(ctx):
+    """The tidemark system object (also the generator and topic tool for every scenario)."""
+    t = ctx.systems.get("tidemark")
+    if t is None:
+        raise BenchError(f"{ctx.sc['path']}: this driver needs the tidemark binary")
+    return t
+
+
+def keys_digest(posts):
+    keys = sorted({p[1] for p in posts})
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest(), len(keys)
+
+
+def wait_rusage(proc):
+    """Waits for a child and returns (exit code, cpu_s, max_rss_kb) from wait4."""
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+
+
+def per_second_p99(posts, t_from_ms=None, t_to_ms=None):
+    """[(second, p99 ms, n)] of append→2xx (receive time − source append time) per second of receipt."""
+    secs = {}
+    for t, _, src, _ in posts:
+        if src is None or (t_from_ms and t < t_from_ms) or (t_to_ms and t > t_to_ms):
+            continue
+        secs.setdefault(t // 1000, []).append(t - src)
+    return [(s, percentile(v, 99), len(v)) for s, v in sorted(secs.items())]
+
+
+def ks_per_second_p99(path):
+    out = []
+    try:
+        for line in open(path):
+            r = json.loads(line)
+            if r.get("n"):
+                out.append((r["t"] // 1000, r["p99_ms"], r["n"]))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def caught_up_at(p99s, after_s, limit_ms):
+    """The first second ≥ after_s from which every second's p99 stays below limit_ms to the end."""
+    after = [x for x in p99s if x[0] >= after_s]
+    if not after:
+        return None
+    at = None
+    for s, p, _ in after:
+        if p >= limit_ms:
+            at = None
+        elif at is None:
+            at = s
+    return at
+
+
+class Run:
+    """One system's processes for a live run: endpoint(s), processes, sampler. Usage:
+    with Run(ctx, system, run_id) as r: r.start(...); ... r.stop() -> measures."""
+
+    def __init__(self, ctx, system, run_id, endpoint_mode="ok"):
+        self.ctx, self.system, self.id = ctx, system, run_id
+        self.tag = f"{ctx.tag}-{run_id}".replace("_", "-")
+        self.dir = os.path.join(ctx.work, run_id)
+        os.makedirs(self.dir, exist_ok=True)
+        self.endpoint_mode = endpoint_mode
+        self.endpoints, self.procs, self.ports, self.logs = [], [], [], []
+        self.sampler = None
+        self.kind = system["system"]
+        self.sut = ctx.systems[self.kind]
+        self.topology = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            if p.poll() is None:
+                kill9(p)
+        if self.sampler:
+            self.sampler.stop()
+        for e in self.endpoints:
+            e.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.ctx.broker.delete_topics(f"{self.tag}.*", wait=False)
+
+    def endpoint(self):
+        e = Endpoint(self.endpoint_mode)
+        self.endpoints.append(e)
+        return e
+
+    def make_topics(self, partitions, url, overrides=None):
+        self.topology = tm(self.ctx).topology(os.path.join(self.dir, "t.toml"), self.tag, partitions, url, rule(self.ctx), overrides=overrides)
+        tm(self.ctx).topics(self.ctx.broker.bootstrap, self.topology)
+
+    def start_one(self, k, url, extra=(), env=None):
+        """Starts process k (0, 1, ...) of this run's system, posting to url; returns its Popen."""
+        log_path = os.path.join(self.dir, f"p{k}.log")
+        self.logs.append(log_path)
+        if self.kind == "tidemark":
+            if self.topology is None or k > 0 and url != self.endpoints[0].url:
+                path = os.path.join(self.dir, f"t{k}.toml")
+                tm(self.ctx).topology(path, self.tag, self.ctx.p.get("partitions", 4), url, rule(self.ctx), overrides=self.ctx.p.get("topology"))
+            else:
+                path = self.topology
+            port = free_port()
+            p = self.sut.start(path, os.path.join(self.dir, f"state{k}"), self.tag, port, log_path, self.ctx.broker.bootstrap, extra=extra, env=env)
+            self.ports.append(port)
+            Tidemark.wait_ready(p, port, log_path)
+        else:
+            p = self.sut.start(self.tag, f"{self.tag}.orders", os.path.join(self.dir, f"state{k}"), url, log_path, self.ctx.broker.bootstrap,
+                               self.ctx.p.get("partitions", 4), rule(self.ctx), latency_out=os.path.join(self.dir, f"lat{k}.jsonl"), extra=extra)
+            self.ports.append(None)
+        self.procs.append(p)
+        return p
+
+    def sample(self, interval):
+        pids = {f"p{k}": (lambda k=k: self.procs[k].pid if self.procs[k].poll() is None else None) for k in range(len(self.procs))}
+        urls = {f"p{k}": f"http://127.0.0.1:{port}/metrics" for k, port in enumerate(self.ports) if port}
+        self.sampler = Sampler(interval, pids=pids, urls=urls).start()
+
+    def p99s(self, k=0):
+        if self.kind == "tidemark":
+            return per_second_p99(self.endpoints[k].snapshot())
+        return ks_per_second_p99(os.path.join(self.dir, f"lat{k}.jsonl"))
+
+    def check_alive(self):
+        for k, p in enumerate(self.procs):
+            if p.poll() is not None:
+                raise BenchError(f"{self.system['name']} process {k} of run {self.id} exited with {p.returncode}; its log {self.logs[k]}:\n{tail(self.logs[k])}")
+
+    def keep_raw(self, samples=None, extra=None):
+        """Copies what a later reader needs into the series' raw folder (ignored by git)."""
+        raw = os.path.join(self.ctx.raw, self.id)
+        os.makedirs(raw, exist_ok=True)
+        for lp in self.logs:
+            shutil.copy(lp, raw)
+        for k, e in enumerate(self.endpoints):
+            with open(os.path.join(raw, f"actions{k}.jsonl"), "w") as f:
+                for t, key, src, sku in e.snapshot():
+                    f.write(json.dumps({"t": t, "key": key, "src": src, "sku": sku}) + "\n")
+        if samples is not None:
+            with open(os.path.join(raw, "samples.jsonl"), "w") as f:
+                for s in samples:
+                    f.write(json.dumps(s) + "\n")
+        for name in os.listdir(self.dir):
+            if name.startswith("lat"):
+                shutil.copy(os.path.join(self.dir, name), raw)
+        if extra:
+            with open(os.path.join(raw, "extra.json"), "w") as f:
+                json.dump(extra, f)
+
+
+def gen_summary(path):
+    """The JSON summary `tidemark gen` prints last on stdout (records, orders_records, ...)."""
+    for line in reversed(open(path).read().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise BenchError(f"the generator printed no summary line ({path}):\n{tail(path)}")
+
+
+def gen_wait(proc, what, timeout):
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise BenchError(f"{what}: the generator did not finish within {timeout} s")
+    if rc != 0:
+        raise BenchError(f"{what}: the generator exited with {rc}")
+
+
+# ---------------------------------------------------------------- drain / capacity
+class Drain:
+    """A pre-generated log (events records, shared by every run), drained from an empty state
+    by each run: tidemark `run --exit-at-end`, Kafka Streams `--exit-at-end`. Per run: wall (or
+    KS's drained_ms), events/s, CPU s and µs per event, peak RSS, action keys (checked).
+    Variants: instances = 2 (static ownership, --replicas 2), pin_core (taskset; the broker is
+    moved to the other cores for the run)."""
+
+    def setup(self, ctx):
+        p = ctx.p
+        self.orders = f"{ctx.tag}.orders"
+        topo = tm(ctx).topology(os.path.join(ctx.work, "gen.toml"), ctx.tag, p.get("partitions", 4), "http://127.0.0.1:1/actions", rule(ctx))
+        tm(ctx).topics(ctx.broker.bootstrap, topo)
+        log(f"drain: generating {p['events']} events of ~{p.get('event_bytes', 1024)} B into {self.orders}")
+        start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1800))
+        gen_log = os.path.join(ctx.work, "gen.log")
+        g = tm(ctx).gen(ctx.broker.bootstrap, ctx.tag, p["events"], 20000, start=start, event_bytes=p.get("event_bytes", 1024), log_path=gen_log)
+        gen_wait(g, "drain input", 3600)
+        self.events = gen_summary(gen_log)["orders_records"]
+
+    def run(self, ctx, system, run_id):
+        instances = int(system.get("instances", 1))
+        with Run(ctx, system, run_id) as r:
+            ep = r.endpoint()
+            t0 = time.time()
+            if r.kind == "tidemark":
+                path = tm(ctx).topology(os.path.join(r.dir, "t.toml"), r.tag, ctx.p.get("partitions", 4), ep.url, rule(ctx), orders=self.orders)
+                tm(ctx).topics(ctx.broker.bootstrap, path)
+                pin = ctx.p.get("pin_core")
+                broker_pid = ctx.broker.pid()
+                if pin is not None and broker_pid:
+                    others = ",".join(str(c) for c in range(os.cpu_count()) if c != pin) or str(pin)
+                    subprocess.run(["taskset", "-apc", others, str(broker_pid)], capture_output=True)
+                procs = []
+                t0 = time.time()
+                for k in range(instances):
+                    extra = ["--replicas", str(instances), "--ordinal", str(k)] if instances > 1 else []
+                    cmd_prefix = ["taskset", "-c", str(pin)] if pin is not None else []
+                    lp = os.path.join(r.dir, f"p{k}.log")
+                    r.logs.append(lp)
+                    e = dict(os.environ, TIDEMARK_WEBHOOK_SECRET="bench-signing-key")
+                    procs.append(subprocess.Popen(cmd_prefix + [r.sut.bin, "run", "--bootstrap", ctx.broker.bootstrap, "--topology", path,
+                                                  "--state-dir", os.path.join(r.dir, f"state{k}"), "--group", r.tag, "--exit-at-end",
+                                                  "--log", "warn", *extra], stdout=subprocess.DEVNULL, stderr=open(lp, "w"), env=e))
+                cpu = rss = 0.0
+                for k, pr in enumerate(procs):
+                    rc, c, m = wait_rusage(pr)
+                    if rc != 0:
+                        raise BenchError(f"tidemark run --exit-at-end (run {run_id}, process {k}) exited with {rc}; its log {r.logs[k]}:\n{tail(r.logs[k])}")
+                    cpu += c
+                    rss = max(rss, m)
+                wall = time.time() - t0
+                if pin is not None and broker_pid:
+                    subprocess.run(["taskset", "-apc", f"0-{os.cpu_count() - 1}", str(broker_pid)], capture_output=True)
+            else:
+                out = os.path.join(r.dir, "ks.out")
+                lp = os.path.join(r.dir, "p0.log")
+                r.logs.append(lp)
+                extra = ["--exit-at-end"]
+                p = r.sut.start(r.tag, self.orders, os.path.join(r.dir, "state0"), ep.url, lp, ctx.broker.bootstrap, ctx.p.get("partitions", 4), rule(ctx),
+                                extra=extra, stdout=open(out, "w"))
+                rc = p.wait(3600)
+                line = [x for x in open(out).read().splitlines() if x.startswith("{") and '"drained_ms"' in x]
+                if rc != 0 or not line:
+                    raise BenchError(f"Kafka Streams --exit-at-end (run {run_id}) exited with {rc} without its result line; log {lp}:\n{tail(lp)}")
+                res = json.loads(line[-1])
+                wall, cpu, rss = res["drained_ms"] / 1000, res["cpu_ms"] / 1000, res["peak_rss_kb"]
+            posts = ep.snapshot()
+            digest, n = keys_digest(posts)
+            r.keep_raw()
+            ev = self.events
+            return {"wall_s": round(wall, 2), "events_per_s": round(ev / wall), "cpu_s": round(cpu, 2), "cpu_us_per_event": round(cpu / ev * 1e6, 2),
+                    "peak_rss_mb": round(rss / 1024, 1), "posts": len(posts), "distinct_keys": n, "resent": len(posts) - n,
+                    "keys_sha256": digest, "outputs_ok": n > 0, "outputs_problem": "no action was POSTed"}
+
+    def series(self, ctx, runs):
+        return {}
+
+    def teardown(self, ctx):
+        ctx.broker.delete_topics(f"{ctx.tag}.*")
+
+
+# ---------------------------------------------------------------- paced input: latency, spike, catch-up, recovery, soak, pending memory
+class Paced:
+    """A system under paced input: `tidemark gen --paced` at base_rate for pre_s + spike_s + post_s
+    (× factor during the spike, `--spike`), optionally after a backlog of backlog events (catch-up)
+    and/or a history of history events (dedup entries; recovery). kill_at_s: SIGKILL at that
+    second of the input, restarted at once (recovery). Per run: pooled and per-second
+    append→2xx p99 (tidemark: the endpoint's receive time − the source append time header;
+    Kafka Streams: its own --latency-out), peak per-second p99, the reference moment (spike end,
+    start, kill) → caught up (every later second's p99 < caught_up_ms), kill → first action,
+    RSS start/end/max and its slope after settle_s, state directory size, gauges."""
+
+    def setup(self, ctx):
+        pass
+
+    def teardown(self, ctx):
+        pass
+
+    def run(self, ctx, system, run_id):
+        p = ctx.p
+        base, pre, spk, post = p["base_rate"], p.get("pre_s", 0), p.get("spike_s", 0), p.get("post_s", 0)
+        factor = p.get("factor", 1)
+        secs = pre + spk + post
+        events = int(base * pre + base * factor * spk + base * post)
+        parts = p.get("partitions", 4)
+        with Run(ctx, system, run_id, endpoint_mode=p.get("endpoint", "ok")) as r:
+            ep = r.endpoint()
+            r.make_topics(parts, ep.url, overrides=p.get("topology"))
+            if p.get("log_retention_ms"):
+                for topic in ("orders", "inventory", "sku-repartition"):
+                    ctx.broker.retention(f"{r.tag}.{topic}", p["log_retention_ms"])
+            gen = tm(ctx)
+            boot = ctx.broker.bootstrap
+            if p.get("history"):
+                log(f"  history: {p['history']} events (dedup entries) appended before the run")
+                start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
+                gen_wait(gen.gen(boot, r.tag, p["history"], 50000, seed=7, start=start, event_bytes=p.get("event_bytes", 256), skus=p.get("skus")), "history", 3600)
+            if p.get("backlog"):
+                n = p["backlog"]
+                log(f"  backlog: {n} events ({n / base:.0f} s of input at {base}/s) appended before the processor starts")
+                start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - n / base))
+                gen_wait(gen.gen(boot, r.tag, n, base, seed=3, start=start, event_bytes=p.get("event_bytes", 256), skus=p.get("skus")), "backlog", 3600)
+            extra = list(p.get("tidemark_args", [])) if r.kind == "tidemark" else list(p.get("ks_args", []))
+            t_start = time.time()
+            for k in range(int(p.get("processes", 1))):
+                r.start_one(k, ep.url, extra=extra)
+            if r.kind != "tidemark":
+                time.sleep(p.get("ks_settle_s", 10))
+            r.sample(p.get("sample_every_s", 1))
+            t_gen = time.time()
+            spike = f"{pre}:{spk}:{factor}" if spk else None
+            g = gen.gen(boot, r.tag, events, base, seed=11, paced=True, event_bytes=p.get("event_bytes", 256), skus=p.get("skus"), spike=spike,
+                        log_path=os.path.join(r.dir, "gen.log"))
+            kill_at = p.get("kill_at_s")
+            t_kill = None
+            last_progress = time.time()
+            while g.poll() is None:
+                time.sleep(0.2)
+                now = time.time()
+                if kill_at is not None and t_kill is None and now - t_gen >= kill_at:
+                    log(f"  kill -9 at {kill_at} s of the input; restarting at once")
+                    kill9(r.procs[0])
+                    t_kill = time.time()
+                    r.procs[0] = r.sut.start(r.topology, os.path.join(r.dir, "state0"), r.tag, r.ports[0], r.logs[0], boot, extra=extra) \
+                        if r.kind == "tidemark" else r.sut.start(r.tag, f"{r.tag}.orders", os.path.join(r.dir, "state0"), ep.url, r.logs[0], boot, parts,
+                                                                 rule(ctx), latency_out=os.path.join(r.dir, "lat0.jsonl"), extra=extra)
+                if kill_at is None or t_kill is not None and now - t_kill > 30:
+                    r.check_alive()
+                if now - last_progress >= 30:
+                    last_progress = now
+                    s = r.sampler.samples[-1] if r.sampler.samples else {}
+                    m = (s.get("metrics") or {}).get("p0") or {}
+                    pr = (s.get("proc") or {}).get("p0") or {}
+                    log(f"  {now - t_gen:.0f}/{secs} s of input; posts {len(ep.posts)}, refused {ep.refused}, rss {pr.get('rss_kb', 0) // 1024} MB"
+                        + (f", outbox pending {m.get('outbox_pending')}" if m else ""))
+                if now - t_gen > secs + 600:
+                    g.kill()
+                    raise BenchError(f"run {run_id}: the paced generator ran {secs + 600} s for {secs} s of input")
+            if g.returncode != 0:
+                raise BenchError(f"run {run_id}: the generator exited with {g.returncode}; {os.path.join(r.dir, 'gen.log')}:\n{tail(os.path.join(r.dir, 'gen.log'))}")
+            t_end = time.time()
+            time.sleep(p.get("drain_s", 5))
+            r.check_alive()
+            samples = r.sampler.stop()
+            r.sampler = None
+            state_bytes = du_bytes(os.path.join(r.dir, "state0"))
+            for pr in r.procs:
+                stop(pr)
+            m = self.measures(ctx, r, ep, samples, t_start, t_gen, t_end, t_kill, secs)
+            m["state_dir_mb"] = round(state_bytes / 2**20, 1)
+            r.keep_raw(samples, extra={"t_start": t_start, "t_gen": t_gen, "t_end": t_end, "t_kill": t_kill})
+            return m
+
+    def measures(self, ctx, r, ep, samples, t_start, t_gen, t_end, t_kill, secs):
+        p = ctx.p
+        limit = p.get("caught_up_ms", 1000)
+        posts = ep.snapshot()
+        p99s = r.p99s()
+        m = {"posts": len(posts), "refused": ep.refused}
+        if r.endpoint_mode == "ok":
+            m["outputs_ok"] = len(posts) > 0
+            m["outputs_problem"] = "no action was POSTed"
+        lo = t_gen + p.get("measure_from_s", 10)
+        window = [x for x in p99s if lo <= x[0] <= t_end]
+        if window:
+            m["p99_per_second_median_s"] = round(median([x[1] for x in window]) / 1000, 3)
+            m["p99_per_second_max_s"] = round(max(x[1] for x in window) / 1000, 3)
+        if r.kind == "tidemark":
+            lat = [t - src for t, _, src, _ in posts if src is not None and lo * 1000 <= t <= t_end * 1000]
+            if lat:
+                m["p50_s"] = round(percentile(lat, 50) / 1000, 3)
+                m["p99_s"] = round(percentile(lat, 99) / 1000, 3)
+        else:
+            m["p99_s"] = m.get("p99_per_second_median_s")
+        ref = {"spike_end": t_gen + p.get("pre_s", 0) + p.get("spike_s", 0), "start": t_start, "kill": t_kill}.get(p.get("caught_up_from", "spike_end"))
+        if ref:
+            at = caught_up_at(p99s, int(ref), limit)
+            m["caught_up_s"] = round(at - ref, 1) if at is not None else None
+            if p.get("spike_s"):
+                m["peak_p99_s"] = round(max((x[1] for x in p99s if x[0] >= t_gen), default=0) / 1000, 3)
+        if t_kill:
+            first = min((t for t, *_ in posts if t / 1000 > t_kill), default=None)
+            m["first_action_after_kill_s"] = round(first / 1000 - t_kill, 2) if first else None
+        # Process memory (every process: p0 unprefixed, p1 as "p1.rss_*") and gauges (summed).
+        settle = t_gen + p.get("settle_s", 0)
+        for k in range(len(r.procs)):
+            name, prefix = f"p{k}", "" if k == 0 else f"p{k}."
+            rss = [(s["t"], s["proc"][name]["rss_kb"] / 1024) for s in samples if (s["proc"].get(name) or {}).get("rss_kb")]
+            after = [x for x in rss if x[0] >= settle] or rss
+            if after:
+                m[prefix + "rss_start_mb"] = round(after[0][1], 1)
+                m[prefix + "rss_end_mb"] = round(after[-1][1], 1)
+                m[prefix + "rss_max_mb"] = round(max(x[1] for x in after), 1)
+                m[prefix + "rss_growth_mb"] = round(after[-1][1] - after[0][1], 1)
+                m[prefix + "rss_growth_pct"] = round(100 * (after[-1][1] - after[0][1]) / after[0][1], 1)
+                if len(after) > 2 and after[-1][0] > after[0][0]:
+                    m[prefix + "rss_slope_mb_per_h"] = round(slope(after) * 3600, 1)
+        for gauge in ("outbox_pending", "standby_rows_waiting"):
+            series = [(s["t"], sum((mm or {}).get(gauge, 0) for mm in s["metrics"].values())) for s in samples if any(mm for mm in s["metrics"].values())]
+            if series:
+                m[f"{gauge}_max"] = max(v for _, v in series)
+                m[f"{gauge}_end"] = series[-1][1]
+        ages = [max([v for k, v in (mm or {}).items() if k.startswith("backlog_age_seconds")] or [0]) for s in samples for mm in s["metrics"].values()]
+        if ages:
+            m["backlog_age_max_s"] = round(max(ages), 2)
+        cpu = [((s["proc"].get("p0") or {}).get("cpu_s")) for s in samples]
+        cpu = [c for c in cpu if c is not None]
+        if len(cpu) > 1:
+            m["cpu_s"] = round(cpu[-1] - cpu[0], 1)
+        return m
+
+    def series(self, ctx, runs):
+        """RSS and the gauges over time, per measured run, from the raw samples."""
+        out = {}
+        for run in runs:
+            if run["phase"] != "measured":
+                continue
+            path = os.path.join(ctx.raw, run["run"], "samples.jsonl")
+            if not os.path.exists(path):
+                continue
+            ss = [json.loads(x) for x in open(path)]
+            if not ss:
+                continue
+            t0 = ss[0]["t"]
+            procs = sorted(ss[0]["proc"])
+            for k in ctx.p.get("plot", ["rss"]):
+                for proc in procs if k == "rss" else [None]:
+                    xs, ys = [], []
+                    for s in ss:
+                        if k == "rss":
+                            v = (s["proc"].get(proc) or {}).get("rss_kb")
+                            v = v / 1024 if v else None
+                        else:
+                            v = sum((mm or {}).get(k, 0) for mm in s["metrics"].values()) if any(s["metrics"].values()) else None
+                        if v is not None:
+                            xs.append(s["t"] - t0)
+                            ys.append(v)
+                    title = "RSS (MB) over seconds" if k == "rss" else f"tidemark_{k} (all processes) over seconds"
+                    out.setdefault(title, {})[run["run"] + (f" {proc}" if proc else "")] = (xs, ys)
+        return out
+
+
+def slope(points):
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    d = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / d if d else 0.0
+
+
+# ---------------------------------------------------------------- failover
+class Failover(Paced):
+    """Two processes of one system, each posting to its own endpoint, under paced input; at
+    kill_at_s process 1 is SIGKILLed for good. Per run: kill → the survivor's first action for an
+    SKU the killed process had posted (an SKU it owned), → caught up (the survivor's per-second
+    p99 < caught_up_ms to the end)."""
+
+    def run(self, ctx, system, run_id):
+        p = ctx.p
+        base, secs, kill_at = p["base_rate"], p["pre_s"] + p["post_s"], p["pre_s"]
+        with Run(ctx, system, run_id) as r:
+            e0, e1 = r.endpoint(), r.endpoint()
+            r.make_topics(p.get("partitions", 4), e0.url)
+            extra = list(p.get("tidemark_args", [])) if r.kind == "tidemark" else list(p.get("ks_args", []))
+            if r.kind == "tidemark" and p.get("snapshots"):
+                extra += ["--snapshot-dir", os.path.join(r.dir, "snapshots"), "--snapshot-interval", p.get("snapshot_interval", "10s")]
+            r.start_one(0, e0.url, extra=extra)
+            r.start_one(1, e1.url, extra=extra)
+            if r.kind == "tidemark":
+                wait_owned(r, p.get("settle_s", 10) + 60)
+            time.sleep(p.get("settle_s", 10))
+            r.sample(1)
+            t_gen = time.time()
+            g = tm(ctx).gen(ctx.broker.bootstrap, r.tag, int(base * secs), base, seed=11, paced=True, event_bytes=p.get("event_bytes", 256), skus=p.get("skus"))
+            while g.poll() is None and time.time() - t_gen < kill_at:
+                time.sleep(0.2)
+            r.check_alive()
+            # The victim: the process that derived actions (the group may give one process all
+            # SKU partitions and the other only orders/inventory ones); process 1 when both did.
+            victim = 1 if len(e1.posts) >= len(e0.posts) else 0
+            survivor = 1 - victim
+            log(f"  kill -9 of process {victim} at {kill_at} s, for good")
+            kill9(r.procs[victim])
+            t_kill = time.time()
+            gen_wait(g, f"run {run_id}", secs + 600)
+            time.sleep(p.get("drain_s", 5))
+            samples = r.sampler.stop()
+            r.sampler = None
+            stop(r.procs[survivor])
+            ev, es = r.endpoints[victim], r.endpoints[survivor]
+            owned = {sku for t, _, _, sku in ev.snapshot() if t / 1000 < t_kill and sku}
+            first = min((t for t, _, _, sku in es.snapshot() if t / 1000 > t_kill and sku in owned), default=None)
+            m = {"posts": len(e0.posts) + len(e1.posts), "skus_of_killed": len(owned),
+                 "first_action_of_killed_sku_s": round(first / 1000 - t_kill, 2) if first else None,
+                 "outputs_ok": bool(owned), "outputs_problem": "the killed process had posted no action before the kill"}
+            at = caught_up_at(r.p99s(survivor), int(t_kill), p.get("caught_up_ms", 1000))
+            m["caught_up_s"] = round(at - t_kill, 1) if at is not None else None
+            r.keep_raw(samples, extra={"t_gen": t_gen, "t_kill": t_kill})
+            return m
+
+
+def wait_owned(r, timeout):
+    """Waits until every tidemark process of the run owns at least one input partition."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r.check_alive()
+        pages = [scrape(f"http://127.0.0.1:{port}/metrics") or {} for port in r.ports]
+        owned = [sum(v for k, v in page.items() if k.startswith("partition_owned")) for page in pages]
+        if all(o > 0 for o in owned):
+            return
+        time.sleep(0.5)
+    raise BenchError(f"run {r.id}: not every process owns a partition after {timeout} s (the group did not balance)")
+
+
+# ---------------------------------------------------------------- batch memory
+class BatchMemory:
+    """`tidemark batch close` of one business day over a pre-generated log (events records,
+    event times on 2026-11-28), sampled every 5 s. Per run: max RSS (wait4), wall, events/s, the
+    close manifest's checksum (the output check: the same for every run)."""
+
+    def setup(self, ctx):
+        p = ctx.p
+        self.topology = tm(ctx).topology(os.path.join(ctx.work, "t.toml"), ctx.tag, p.get("partitions", 4), "http://127.0.0.1:1/actions", rule(ctx))
+        tm(ctx).topics(ctx.broker.bootstrap, self.topology)
+        log(f"batch memory: generating {p['events']} events into {ctx.tag}.orders")
+        gen_wait(tm(ctx).gen(ctx.broker.bootstrap, ctx.tag, p["events"], 20000, seed=42, start="2026-11-28T00:00:00Z", event_bytes=p.get("event_bytes", 256)),
+                 "batch memory input", 3600)
+        ends = ctx.broker.end_offsets(f"{ctx.tag}.orders")
+        self.to = ",".join(f"{k}:{v}" for k, v in sorted(ends.items()))
+        self.frm = ",".join(f"{k}:0" for k in sorted(ends))
+        self.events = sum(ends.values())
+
+    def run(self, ctx, system, run_id):
+        d = os.path.join(ctx.work, run_id)
+        os.makedirs(d, exist_ok=True)
+        lp = os.path.join(d, "close.log")
+        cmd = [tm(ctx).bin, "batch", "close", "--bootstrap", ctx.broker.bootstrap, "--topology", self.topology, "--business-day", "2026-11-28",
+               "--from", self.frm, "--to", self.to, "--log", "warn"]
+        t0 = time.time()
+        pr = subprocess.Popen(cmd, stdout=open(os.path.join(d, "manifest.json"), "w"), stderr=open(lp, "w"), cwd=d)
+        s = Sampler(ctx.p.get("sample_every_s", 5), pids={"close": pr.pid}).start()
+        rc, cpu, maxrss = wait_rusage(pr)
+        wall = time.time() - t0
+        samples = s.stop()
+        if rc != 0:
+            raise BenchError(f"tidemark batch close (run {run_id}) exited with {rc}; {lp}:\n{tail(lp)}")
+        try:
+            manifest = json.load(open(os.path.join(d, "manifest.json")))
+        except ValueError as e:
+            raise BenchError(f"run {run_id}: the close printed no JSON manifest ({os.path.join(d, 'manifest.json')}): {e}")
+        raw = os.path.join(ctx.raw, run_id)
+        os.makedirs(raw, exist_ok=True)
+        shutil.copy(os.path.join(d, "manifest.json"), raw)
+        with open(os.path.join(raw, "samples.jsonl"), "w") as f:
+            for x in samples:
+                f.write(json.dumps(x) + "\n")
+        shutil.rmtree(d, ignore_errors=True)
+        checksum = manifest.get("checksum", "")
+        return {"max_rss_mb": round(maxrss / 1024, 1), "wall_s": round(wall, 2), "events_per_s": round(self.events / wall), "cpu_s": round(cpu, 2),
+                "events": self.events, "keys_sha256": hashlib.sha256(checksum.encode()).hexdigest(), "outputs_ok": bool(checksum),
+                "outputs_problem": "the manifest has no checksum"}
+
+    def series(self, ctx, runs):
+        out = {}
+        for run in runs:
+            path = os.path.join(ctx.raw, run["run"], "samples.jsonl")
+            if run["phase"] == "measured" and os.path.exists(path):
+                ss = [json.loads(x) for x in open(path)]
+                pts = [(x["t"] - ss[0]["t"], x["proc"]["close"]["rss_kb"] / 1024) for x in ss if x["proc"].get("close")]
+                out.setdefault("RSS of the close (MB) over seconds", {})[run["run"]] = ([a for a, _ in pts], [b for _, b in pts])
+        return out
+
+    def teardown(self, ctx):
+        ctx.broker.delete_topics(f"{ctx.tag}.*")
+
+
+# ---------------------------------------------------------------- footprint (no broker)
+class Footprint:
+    """The state crate's footprint benchmarks in report mode (state/benches/dedup_footprint.rs,
+    outbox_scan.rs with `--report N DIR`): one JSON object each, no broker. Per run: dedup bytes
+    per entry on disk after compaction, lookup ns per id, expiry by compaction; the outbox's
+    pending-index scan against a full scan, memory per phase."""
+
+    needs_broker = False
+
+    def setup(self, ctx):
+        self.bins = {}
+        for bench in ctx.p.get("benches", ["dedup_footprint", "outbox_scan"]):
+            out = subprocess.run(["cargo", "bench", "--no-run", "-p", "tidemark-state", "--bench", bench, "--message-format=json"],
+                                 cwd=os.path.dirname(ctx.raw_root), capture_output=True, text=True)
+            exe = None
+            for line in out.stdout.splitlines():
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == bench and msg.get("executable"):
+                    exe = msg["executable"]
+            if out.returncode != 0 or not exe:
+                raise BenchError(f"building the {bench} bench of tidemark-state failed:\n" + "\n".join(out.stderr.splitlines()[-15:]))
+            self.bins[bench] = exe
+
+    def run(self, ctx, system, run_id):
+        m = {}
+        for bench, exe in self.bins.items():
+            d = os.path.join(ctx.work, f"{run_id}-{bench}")
+            shutil.rmtree(d, ignore_errors=True)
+            n = ctx.p[f"{bench}_n"]
+            log(f"  {bench} --report {n}")
+            out = subprocess.run([exe, "--report", str(n), d], capture_output=True, text=True)
+            shutil.rmtree(d, ignore_errors=True)
+            if out.returncode != 0:
+                raise BenchError(f"{exe} --report {n} {d} exited with {out.returncode}:\n{out.stderr[-2000:]}")
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            raw = os.path.join(ctx.raw, run_id)
+            os.makedirs(raw, exist_ok=True)
+            with open(os.path.join(raw, f"{bench}.json"), "w") as f:
+                json.dump(r, f, indent=2)
+            for k, v in flatten(r, bench).items():
+                m[k] = v
+        return m
+
+    def series(self, ctx, runs):
+        return {}
+
+    def teardown(self, ctx):
+        pass
+
+
+def flatten(obj, prefix):
+    out = {}
+    for k, v in obj.items():
+        key = f"{prefix}.{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[key] = v
+    return out
+
+
+DRIVERS = {"drain": Drain, "paced": Paced, "failover": Failover, "batch_memory": BatchMemory, "footprint": Footprint}
