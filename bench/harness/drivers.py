@@ -414,6 +414,8 @@ class Paced:
                 m[prefix + "rss_growth_pct"] = round(100 * (after[-1][1] - after[0][1]) / after[0][1], 1)
                 if len(after) > 2 and after[-1][0] > after[0][0]:
                     m[prefix + "rss_slope_mb_per_h"] = round(slope(after) * 3600, 1)
+                    mean = sum(v for _, v in after) / len(after)
+                    m[prefix + "rss_slope_pct_per_h"] = round(100 * slope(after) * 3600 / mean, 2)
         for gauge in ("outbox_pending", "standby_rows_waiting"):
             series = [(s["t"], sum((mm or {}).get(gauge, 0) for mm in s["metrics"].values())) for s in samples if any(mm for mm in s["metrics"].values())]
             if series:
