@@ -11,8 +11,21 @@ from bisect import bisect_left
 from collections import defaultdict
 from datetime import datetime
 
-sys.path.insert(0, __import__("os").path.dirname(__file__))
-from timeseries import ensure_mpl  # noqa: E402
+
+
+def ensure_mpl():
+    """matplotlib with the Agg backend (pip-installed for the user when missing)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        import site
+        import subprocess
+        subprocess.run([sys.executable, "-m", "pip", "install", "--user", "--quiet", "matplotlib"], check=False)
+        site.addsitedir(site.getusersitepackages())  # a user site directory created just now
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def ms(iso):
