@@ -31,7 +31,7 @@ def run_series(sc, driver, ctx, raw_dir):
         while True:
             run_id = f"r{i:02d}{'' if attempt == 0 else chr(ord('a') + attempt)}-{system['name']}"
             host = wait_quiet(sc["quiet"])
-            log(f"run {i}/{len(plan)} ({phase}, block {block}): {system['name']} (load {host['load']}, steal {host['steal_pct']} %)")
+            log(f"{sc['name']} run {i}/{len(plan)} ({phase}, block {block}): {system['name']} (load {host['load']}, steal {host['steal_pct']} %)")
             t0 = host_ticks()
             m = driver.run(ctx, system, run_id)
             rec = {"run": run_id, "system": system["name"], "phase": phase, "block": block, "host_before": host,
@@ -44,7 +44,7 @@ def run_series(sc, driver, ctx, raw_dir):
             runs.append(rec)
             with open(runs_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-            log("  " + ", ".join(f"{k} {v}" for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool))[:400])
+            log(f"  {sc['name']} {run_id}: " + ", ".join(f"{k} {v}" for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool))[:400])
             if rec["phase"] != "discarded":
                 break
             attempt += 1

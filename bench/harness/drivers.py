@@ -348,10 +348,12 @@ class Paced:
                 if now - last_progress >= 30:
                     last_progress = now
                     s = r.sampler.samples[-1] if r.sampler.samples else {}
-                    m = (s.get("metrics") or {}).get("p0") or {}
-                    pr = (s.get("proc") or {}).get("p0") or {}
-                    log(f"  {now - t_gen:.0f}/{secs} s of input; posts {len(ep.posts)}, refused {ep.refused}, rss {pr.get('rss_kb', 0) // 1024} MB"
-                        + (f", outbox pending {m.get('outbox_pending')}" if m else ""))
+                    ms = [mm for mm in (s.get("metrics") or {}).values() if mm]
+                    rss = " ".join(f"{k} {(v or {}).get('rss_kb', 0) // 1024}" for k, v in sorted((s.get("proc") or {}).items()))
+                    rows = sum(mm.get("outbox_pending", 0) + mm.get("outbox_deferred_total", 0) for mm in ms)
+                    waiting = sum(mm.get("standby_rows_waiting", 0) for mm in ms)
+                    log(f"  {run_id}: {now - t_gen:.0f}/{secs} s of input; posts {len(ep.posts)}, refused {ep.refused}, RSS (MB) {rss}"
+                        + (f", pending rows {rows:.0f}, standby rows waiting {waiting:.0f}" if ms else ""))
                 if now - t_gen > secs + 600:
                     g.kill()
                     raise BenchError(f"run {run_id}: the paced generator ran {secs + 600} s for {secs} s of input")
@@ -412,11 +414,24 @@ class Paced:
                 m[prefix + "rss_max_mb"] = round(max(x[1] for x in after), 1)
                 m[prefix + "rss_growth_mb"] = round(after[-1][1] - after[0][1], 1)
                 m[prefix + "rss_growth_pct"] = round(100 * (after[-1][1] - after[0][1]) / after[0][1], 1)
+                m[prefix + "rss_peak_rise_pct"] = round(100 * (max(x[1] for x in after) - after[0][1]) / after[0][1], 1)
                 if len(after) > 2 and after[-1][0] > after[0][0]:
                     m[prefix + "rss_slope_mb_per_h"] = round(slope(after) * 3600, 1)
                     mean = sum(v for _, v in after) / len(after)
                     m[prefix + "rss_slope_pct_per_h"] = round(100 * slope(after) * 3600 / mean, 2)
-        for gauge in ("outbox_pending", "standby_rows_waiting"):
+        rises = [m[k] for k in m if k.endswith("rss_peak_rise_pct")]
+        if rises:
+            m["rss_peak_rise_pct_max"] = max(rises)
+        # Pending rows: tidemark_outbox_pending counts the deliveries under way, at most 2,048
+        # (docs/operations.md); rows committed beyond that stay in the outbox and count in
+        # tidemark_outbox_deferred_total once each. Nothing is delivered or expires while the
+        # endpoint refuses, so their sum is the outbox's pending rows.
+        rows = [(s["t"], sum((mm or {}).get("outbox_pending", 0) + (mm or {}).get("outbox_deferred_total", 0) for mm in s["metrics"].values()))
+                for s in samples if any(mm for mm in s["metrics"].values())]
+        if rows:
+            m["pending_rows_max"] = max(v for _, v in rows)
+            m["pending_rows_end"] = rows[-1][1]
+        for gauge in ("outbox_pending", "outbox_deferred_total", "standby_rows_waiting"):
             series = [(s["t"], sum((mm or {}).get(gauge, 0) for mm in s["metrics"].values())) for s in samples if any(mm for mm in s["metrics"].values())]
             if series:
                 m[f"{gauge}_max"] = max(v for _, v in series)
