@@ -20,6 +20,7 @@
 //! - [`status`]: the live status line and final summary.
 //! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
 //!   engine and an in-memory store; see `docs/test-driver.md`.
+//! - [`tasks`]: the task manager being built (issue 32): the topic ↔ source mapping so far.
 //! - [`telemetry`]: `/metrics` and the probes, pause/resume on the admin listener, the
 //!   backlog-age prober.
 
@@ -37,5 +38,6 @@ pub mod snapshot;
 pub mod standby;
 pub mod status;
 pub mod stream;
+pub mod tasks;
 pub mod telemetry;
 pub mod testkit;

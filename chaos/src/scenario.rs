@@ -65,6 +65,10 @@ pub enum Fault {
     /// The endpoint answers 200 this late from now on (within the client's timeout): the
     /// attempts of the faults that follow are under way when partitions move.
     SlowAnswers(Duration),
+    /// The broker refuses the dashboard (main) and dead-letter (side) topics' records for
+    /// this long (their `max.message.bytes` below any record), then takes them again. Every
+    /// pod must stay up and live, say it is not ready, and lose nothing.
+    OutputsRefused(Duration),
     /// A graceful move both ways (group-managed, two pods): A leaves on SIGTERM and B takes
     /// everything, then A starts again and takes its share back from B.
     HandOverAndBack,
@@ -147,7 +151,18 @@ pub fn short_profile() -> Vec<Scenario> {
             standbys: false,
             pods: 2,
             faults: vec![Fault::BrokerOutage(Duration::from_secs(600))],
-            events: 12_000,
+            // 16 s of input: the outage lands while it is still produced, after the warm-up.
+            events: 24_000,
+        },
+        Scenario {
+            name: "outputs-refused-by-the-broker",
+            microbatch: false,
+            group: false,
+            snapshots: false,
+            standbys: false,
+            pods: 2,
+            faults: vec![Fault::OutputsRefused(Duration::from_secs(20))],
+            events: 24_000,
         },
         Scenario {
             name: "state-directory-wiped",
@@ -501,7 +516,8 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     let spawn = |i: usize| pod(env, i, sc.pods, &faulty_topo, &faulty_group, &mode);
     let mut survivors = Vec::new();
     for fault in &sc.faults {
-        let mut cx = Faults { report: &mut *report, survivors: &mut survivors, ends: &mut ends };
+        let mut cx =
+            Faults { report: &mut *report, topics: &faulty_topics, survivors: &mut survivors, ends: &mut ends };
         inject(env, *fault, &mut faulty, &spawn, &faulty_server, &mut rng, &generator, &mut cx)?;
     }
     generator.join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
@@ -532,6 +548,12 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
         if !clean {
             report.faults.push(format!("{}: final SIGTERM did not end cleanly", p.name));
         }
+    }
+    // The task lifecycle (src/tasks/lifecycle.rs) refused nothing: every partition went
+    // through the states in an allowed order, and never had two writers.
+    let refused = lines_in_logs(&env.dir, &faulty_group, "task transition refused");
+    if refused > 0 {
+        fail(report, &format!("{refused} task transition(s) refused (see the pods' logs)"));
     }
     if sc.standbys {
         // The survivors must have continued the lost partitions from their standby copies.
@@ -612,6 +634,8 @@ impl Ends {
 /// What a fault writes to besides the pods.
 struct Faults<'a> {
     report: &'a mut ScenarioReport,
+    /// The faulty run's topics.
+    topics: &'a history::RunTopics,
     /// Where the surviving pods' logs stood at a kill (scenarios with standbys read past it).
     survivors: &'a mut Vec<LogMark>,
     ends: &'a mut Ends,
@@ -671,7 +695,7 @@ fn inject(
     generator: &std::thread::JoinHandle<anyhow::Result<()>>,
     cx: &mut Faults<'_>,
 ) -> anyhow::Result<()> {
-    let Faults { report, survivors, ends } = cx;
+    let Faults { report, topics, survivors, ends } = cx;
     let pause = |rng: &mut ChaCha8Rng, lo: u64, hi: u64| Duration::from_millis(rng.gen_range(lo..hi));
     match fault {
         Fault::RandomKills(n) => {
@@ -741,11 +765,20 @@ fn inject(
             report.faults.push("broker kill -9 and restart".into());
         }
         Fault::BrokerOutage(length) => {
-            std::thread::sleep(pause(rng, 1500, 3000));
+            // For reading a failure quickly: TIDEMARK_CHAOS_OUTAGE_S shortens the outage.
+            let length = std::env::var("TIDEMARK_CHAOS_OUTAGE_S")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .map_or(length, Duration::from_secs);
+            // In steady state, with input still produced: commits and actions under way.
+            wait_balanced(pods, Duration::from_secs(60))?;
+            std::thread::sleep(pause(rng, 1000, 2500));
             env.broker.kill()?;
             report.faults.push(format!("broker kill -9, down for {} s ({})", length.as_secs(), input_state(generator)));
             let down = Instant::now();
             let mut not_ready = vec![false; pods.len()];
+            // Each finding once per pod, not once per probe.
+            let mut found = std::collections::BTreeSet::new();
             while down.elapsed() < length {
                 for (k, p) in pods.iter_mut().enumerate() {
                     if let Some(status) = p.reap() {
@@ -754,7 +787,7 @@ fn inject(
                             &format!("{} exited during the broker outage ({status})", p.name),
                             !status.success(),
                         );
-                        fail(report, &format!("{} exited during the broker outage ({status})", p.name));
+                        found.insert(format!("{} exited during the broker outage ({status})", p.name));
                         p.start(None)?;
                         continue;
                     }
@@ -763,7 +796,7 @@ fn inject(
                         other => {
                             // A kubelet would restart it: liveness must hold through an outage.
                             let status = other.map_or("no answer".to_string(), |(s, _)| s.to_string());
-                            fail(report, &format!("{}: /healthz {status} during the broker outage", p.name));
+                            found.insert(format!("{}: /healthz {status} during the broker outage", p.name));
                         }
                     }
                     not_ready[k] |= p.get("/readyz").is_some_and(|(s, _)| s == 503);
@@ -772,10 +805,58 @@ fn inject(
             }
             env.broker.restart()?;
             report.faults.push("broker started again".into());
+            for finding in found {
+                fail(report, &finding);
+            }
             for (p, seen) in pods.iter().zip(&not_ready) {
                 if !seen {
                     fail(report, &format!("{} never said it was not ready during the broker outage", p.name));
                 }
+            }
+        }
+        Fault::OutputsRefused(length) => {
+            wait_balanced(pods, Duration::from_secs(60))?;
+            std::thread::sleep(pause(rng, 1000, 2000));
+            let bootstrap = env.broker.bootstrap();
+            let refused = [topics.dashboard.as_str(), topics.dead_letter.as_str()];
+            for t in refused {
+                history::set_topic_config(&env.rt, &bootstrap, t, "max.message.bytes", "64")?;
+            }
+            report.faults.push(format!(
+                "{} refused by the broker for {} s ({})",
+                refused.join(" and "),
+                length.as_secs(),
+                input_state(generator)
+            ));
+            let since = Instant::now();
+            let mut not_ready = vec![false; pods.len()];
+            let mut found = std::collections::BTreeSet::new();
+            while since.elapsed() < length {
+                for (k, p) in pods.iter_mut().enumerate() {
+                    if let Some(status) = p.reap() {
+                        ends.record(p, &format!("{} exited while outputs were refused ({status})", p.name), true);
+                        found.insert(format!("{} exited while outputs were refused ({status})", p.name));
+                        p.start(None)?;
+                        continue;
+                    }
+                    if !matches!(p.get("/healthz"), Some((200, _))) {
+                        found.insert(format!("{}: /healthz failed while outputs were refused", p.name));
+                    }
+                    not_ready[k] |= p.get("/readyz").is_some_and(|(s, _)| s == 503);
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            for t in refused {
+                history::set_topic_config(&env.rt, &bootstrap, t, "max.message.bytes", "1048588")?;
+            }
+            report.faults.push("the topics take records again".into());
+            for (p, seen) in pods.iter().zip(&not_ready) {
+                if !seen {
+                    found.insert(format!("{} never said it was not ready while its outputs were refused", p.name));
+                }
+            }
+            for finding in found {
+                fail(report, &finding);
             }
         }
         Fault::SigtermCycles(n) => {

@@ -107,6 +107,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         standbys: None,
         warmup_timeout: Duration::ZERO,
         recall: None,
+        lifecycle: Arc::default(),
     };
     // The action runtime, as in `tidemark run`: the example rules are in shadow mode, so their
     // rows are audited to the audit topic and never sent.

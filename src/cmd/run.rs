@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use tidemark_state::PartitionId;
 use tidemark_topology::config;
 use tracing::info;
 
@@ -47,7 +46,7 @@ fn snapshot_config(
         keep,
         topology: opts.topology.name.clone(),
         group: opts.group_id.clone(),
-        topics: stream::tasks::source_topics(&opts.topology),
+        topics: crate::tasks::Sources::of(&opts.topology),
     };
     info!(dir = %dir.display(), interval = ?interval, keep, "snapshots on");
     Ok(Some(cfg))
@@ -108,12 +107,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         telemetry::Surface {
             addr: args.http_addr,
             settings: &settings,
-            topics: vec![
-                (PartitionId::ORDERS, topology.orders.topic.clone()),
-                (PartitionId::INVENTORY, topology.inventory.topic.clone()),
-                (PartitionId::SKU_REPARTITION, topology.sku_repartition.topic.clone()),
-                (PartitionId::COMBINE, topology.combine_repartition.topic.clone()),
-            ],
+            topics: crate::tasks::Sources::of(&topology).by_source(),
             stats: &stats,
             progress: &progress,
             stop: &stop,
@@ -121,6 +115,8 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             admin,
         },
     )?;
+    crate::build_info::register_metric();
+    tracing::info!(version = crate::build_info::LONG_VERSION, "tidemark starting");
     let mut opts = stream::StreamOptions {
         settings,
         topology,
@@ -144,6 +140,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         standbys: None,
         warmup_timeout: args.warmup_timeout,
         recall: None,
+        lifecycle: Arc::default(),
     };
     let opening = Instant::now();
     let store = stream::open_store(&opts)?;
@@ -208,6 +205,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             standbys: Arc::clone(&standbys),
             restorer,
             stop: Arc::clone(&stop),
+            lifecycle: Arc::clone(&opts.lifecycle),
         };
         opts.standbys = Some(standbys);
         info!("standby tasks on: every partition this process does not own is kept warm");

@@ -35,8 +35,8 @@ pub enum AssignmentEvent {
 
 pub struct TaskContext {
     pub store: Arc<Store>,
-    /// Source topics in topology order; the index is the `PartitionId::source`.
-    pub sources: Vec<String>,
+    /// Source topics; the index is the `PartitionId::source`.
+    pub sources: crate::tasks::Sources,
     pub events: Mutex<Vec<AssignmentEvent>>,
     pub stats: Arc<Stats>,
     /// Log end offsets from the client's statistics, while they are fresh.
@@ -52,19 +52,18 @@ pub struct TaskContext {
     /// The audit read for assigned SKU partitions, after their state is in place and before
     /// the stream thread lets the dispatcher send for them (see [`crate::actions::Recall`]).
     pub recall: Option<Arc<crate::actions::Recall>>,
+    /// The states of this process's tasks, shared with the stream and standby threads.
+    pub lifecycle: Arc<crate::tasks::Lifecycle>,
 }
 
 impl TaskContext {
     pub fn ids(&self, tpl: &TopicPartitionList) -> Vec<PartitionId> {
-        tpl.elements()
-            .iter()
-            .filter_map(|e| Some(PartitionId { source: self.source_of(e.topic())?, partition: e.partition() }))
-            .collect()
+        tpl.elements().iter().filter_map(|e| self.sources.id(e.topic(), e.partition())).collect()
     }
 
     /// The `PartitionId::source` of an input topic, if it is one.
     pub fn source_of(&self, topic: &str) -> Option<u16> {
-        self.sources.iter().position(|s| s == topic).and_then(|i| u16::try_from(i).ok())
+        self.sources.source_of(topic)
     }
 
     pub fn push(&self, event: AssignmentEvent) {
@@ -118,13 +117,14 @@ impl TaskContext {
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
         let mut sku_resumed: Vec<(i32, Option<i64>)> = Vec::new();
         for (topic, partition) in elements {
-            let Some(source) = self.sources.iter().position(|s| *s == topic) else { continue };
-            let id = PartitionId { source: u16::try_from(source).unwrap_or(u16::MAX), partition };
+            let Some(id) = self.sources.id(&topic, partition) else { continue };
             if let Some(snapshots) = &self.snapshots {
+                self.lifecycle.note(id, crate::tasks::State::Importing);
                 snapshots.restore_if_ahead(&self.store, id);
             }
             let checkpoint = self.store.checkpoint(id);
-            if id.source == PartitionId::SKU_REPARTITION {
+            if id.source == PartitionId::SKU_REPARTITION && self.recall.is_some() {
+                self.lifecycle.note(id, crate::tasks::State::Recalling);
                 if let Ok(c) = &checkpoint {
                     sku_resumed.push((partition, crate::actions::recall_since(c.as_ref())));
                 }
@@ -164,7 +164,7 @@ impl ClientContext for TaskContext {
         let lag: i64 = statistics
             .topics
             .iter()
-            .filter(|(name, _)| self.sources.iter().any(|s| s == *name))
+            .filter(|(name, _)| self.sources.source_of(name).is_some())
             .flat_map(|(_, t)| t.partitions.values())
             .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
             .map(|p| p.consumer_lag)
@@ -172,10 +172,10 @@ impl ClientContext for TaskContext {
         self.stats.lag.store(lag, std::sync::atomic::Ordering::Relaxed);
         let now = crate::kafka::log_ends::written_at(statistics.ts);
         if let Ok(mut ends) = self.log_ends.lock() {
-            for (source, name) in self.sources.iter().enumerate() {
+            for (source, name) in self.sources.iter() {
                 let Some(topic) = statistics.topics.get(name) else { continue };
                 for p in topic.partitions.values().filter(|p| p.partition >= 0) {
-                    let id = PartitionId { source: u16::try_from(source).unwrap_or(u16::MAX), partition: p.partition };
+                    let id = PartitionId { source, partition: p.partition };
                     ends.observe(id, p.desired && p.fetch_state == "active", p.hi_offset, now);
                 }
             }

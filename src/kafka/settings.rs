@@ -66,6 +66,26 @@ impl KafkaSettings {
         c
     }
 
+    /// A consumer that reads input logs as the tasks must see them, for the stream thread,
+    /// the standby thread and the batch reads alike (each adds only what is its own):
+    /// committed records only (`read_committed`); offsets never committed or stored by the
+    /// client (the checkpoints in the state store are the truth); a position outside the log
+    /// is an error event, never a silent jump (`auto.offset.reset=error`, see
+    /// `stream::gap`); fetches answered within 50 ms of data arriving, and fetched again
+    /// 10 ms after the prefetch queue has room (librdkafka's default 1 s postponement cost
+    /// a drain 40k → 57k records/s).
+    pub fn log_reader_config(&self, group: &str) -> ClientConfig {
+        let mut c = self.client_config();
+        c.set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "50")
+            .set("fetch.queue.backoff.ms", "10");
+        c
+    }
+
     /// Checks every property with librdkafka without creating a client. librdkafka's
     /// messages quote the rejected value ("... not supported in this build ... <value>"), so
     /// secret values are removed from the message.

@@ -152,7 +152,12 @@ mod tests {
             keep: 2,
             topology: "t".into(),
             group: "g".into(),
-            topics: vec!["orders".into(), "inventory".into(), "sku".into(), "combine".into()],
+            topics: crate::tasks::Sources::from_topics(vec![
+                "orders".into(),
+                "inventory".into(),
+                "sku".into(),
+                "combine".into(),
+            ]),
         };
         let point = store.consistent_point();
         let before_export = chrono::Utc::now().timestamp_millis();

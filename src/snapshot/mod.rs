@@ -43,7 +43,7 @@ pub struct SnapshotConfig {
     pub group: String,
     /// The topic of each source (`PartitionId::source` is the index): written into every
     /// manifest, and a snapshot of another topic is never imported.
-    pub topics: Vec<String>,
+    pub topics: crate::tasks::Sources,
 }
 
 impl SnapshotConfig {
@@ -52,6 +52,6 @@ impl SnapshotConfig {
     }
 
     pub fn topic_of(&self, p: tidemark_state::PartitionId) -> &str {
-        self.topics.get(usize::from(p.source)).map_or("", String::as_str)
+        self.topics.topic_of(p)
     }
 }

@@ -120,7 +120,12 @@ mod tests {
             keep: 2,
             topology: "t".into(),
             group: "g".into(),
-            topics: vec![orders_topic.into(), "inventory".into(), "sku".into(), "combine".into()],
+            topics: crate::tasks::Sources::from_topics(vec![
+                orders_topic.into(),
+                "inventory".into(),
+                "sku".into(),
+                "combine".into(),
+            ]),
         }
     }
 

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::tasks::State;
 use anyhow::Context as _;
 use metrics::gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -56,6 +57,8 @@ pub struct StandbyConfig {
     /// Imports a partition's newest snapshot first when it is ahead of the store.
     pub restorer: Option<Arc<crate::snapshot::Restorer>>,
     pub stop: Arc<AtomicBool>,
+    /// The process's task states: a standby task claims its partition there first.
+    pub lifecycle: Arc<crate::tasks::Lifecycle>,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -93,7 +96,7 @@ struct Runner {
 /// not hold, then starts the audit tail, then follows `requests`.
 pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<JoinHandle<()>> {
     let t = &cfg.topology;
-    let sources = crate::stream::tasks::source_topics(t);
+    let sources = crate::tasks::Sources::of(t);
     let context = TaskContext {
         store: Arc::clone(&cfg.store),
         sources: sources.clone(),
@@ -105,23 +108,16 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
         standbys: None,
         // A standby sends nothing: its audit tail settles its rows.
         recall: None,
+        lifecycle: Arc::clone(&cfg.lifecycle),
     };
+    // The processors' group, to read the offsets its members committed (the limits below).
+    // This consumer never subscribes, so it never joins the group, and it never commits.
     let consumer: Consumer_ = cfg
         .settings
-        .client_config()
-        // The processors' group, to read the offsets its members committed (the limits
-        // below). This consumer never subscribes, so it never joins the group, and it never
-        // commits.
-        .set("group.id", &cfg.group_id)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "error")
-        .set("isolation.level", "read_committed")
-        .set("fetch.wait.max.ms", "50")
-        .set("fetch.queue.backoff.ms", "10")
+        .log_reader_config(&cfg.group_id)
         .create_with_context(context)
         .context("creating the standby consumer")?;
-    let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let topics = sources.names();
     let counts = crate::stream::partition_counts(&consumer, &topics)?;
     let factory = TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]);
     let active = cfg.standbys.active();
@@ -224,7 +220,7 @@ impl Runner {
     }
 
     fn topic_of(&self, id: PartitionId) -> &str {
-        self.consumer.context().sources.get(usize::from(id.source)).map_or("", String::as_str)
+        self.consumer.context().sources.topic_of(id)
     }
 
     fn is_active(&self, id: PartitionId) -> bool {
@@ -290,6 +286,11 @@ impl Runner {
             if self.tasks.contains_key(&id) || self.is_active(id) {
                 continue;
             }
+            // Claimed first, so the import below never lands on an active task's state.
+            if let Err(refused) = self.cfg.lifecycle.enter(id, State::Standby) {
+                warn!(partition = %id, error = %refused, "not standing by: the partition is active here");
+                continue;
+            }
             if let Some(r) = &self.cfg.restorer {
                 r.restore_if_ahead(&self.cfg.store, id);
             }
@@ -298,10 +299,12 @@ impl Runner {
                 Err(e) => {
                     warn!(partition = %id, error = %e, "standby task not restored; tried again later");
                     self.retry.insert(id);
+                    self.cfg.lifecycle.note(id, State::Closed);
                     continue;
                 }
             };
             if !self.within_log(id, task.next_offset()) {
+                self.cfg.lifecycle.note(id, State::Closed);
                 continue;
             }
             if id.source == SKU_REPARTITION {
@@ -364,6 +367,7 @@ impl Runner {
         for (id, next) in ids {
             if !self.within_log(id, next) {
                 self.tasks.remove(&id);
+                self.cfg.lifecycle.note(id, State::Closed);
             }
         }
     }
@@ -451,7 +455,9 @@ impl Runner {
         }
         let before = self.tasks.len();
         for id in ids {
-            self.tasks.remove(id);
+            if self.tasks.remove(id).is_some() || self.cfg.lifecycle.state(*id) == State::Standby {
+                self.cfg.lifecycle.note(*id, State::Closed);
+            }
             self.retry.remove(id);
         }
         if self.tasks.len() != before {
@@ -480,6 +486,9 @@ impl Runner {
         let taken: Vec<PartitionId> = self.tasks.keys().copied().filter(|id| self.is_active(*id)).collect();
         for id in taken {
             self.tasks.remove(&id);
+            if self.cfg.lifecycle.state(id) == State::Standby {
+                self.cfg.lifecycle.note(id, State::Closed);
+            }
         }
         self.skip_control_records();
         let store = Arc::clone(&self.cfg.store);

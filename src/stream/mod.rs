@@ -35,6 +35,7 @@ use crate::failpoint;
 use crate::kafka::context::{AssignmentEvent, TaskContext};
 use crate::kafka::sink::{OutputSink, OutputsRefused};
 use crate::kafka::KafkaSettings;
+use crate::tasks::State;
 use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
 use committer::{Committer, Job, Shared};
@@ -91,6 +92,8 @@ pub struct StreamOptions {
     /// The audit read for assigned SKU partitions before their rows are dispatched (see
     /// [`crate::actions::Recall`]); `None` when nothing dispatches.
     pub recall: Option<Arc<crate::actions::Recall>>,
+    /// The states of this process's tasks (shared with the standby thread).
+    pub lifecycle: Arc<crate::tasks::Lifecycle>,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -106,6 +109,7 @@ const LOG_END_OBSERVED_BEFORE_REPORT_MS: i64 = 100;
 
 struct Runner {
     opts: StreamOptions,
+    sources: crate::tasks::Sources,
     store: Arc<Store>,
     sink: Arc<OutputSink>,
     committer: Committer,
@@ -191,19 +195,31 @@ pub(crate) fn partition_counts(consumer: &Consumer_, topics: &[&str]) -> anyhow:
 /// stream closes its consumer and starts again from its checkpoints after a pause (1 s,
 /// doubling to 60 s or half the session timeout), producing the same records again, as a restart would, while the
 /// process stays alive, says why it is not ready and counts the restarts. A record that can
-/// never be written holds its partitions until an operator fixes the topic.
+/// never be written holds its partitions until an operator fixes the topic. A consumer that
+/// failed for good ([`ConsumerLost`]: a static member fenced after a long broker outage) is
+/// replaced the same way.
 pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     metrics::counter!("tidemark_stream_restarts_total", "reason" => "outputs_refused").increment(0);
+    metrics::counter!("tidemark_stream_restarts_total", "reason" => "consumer_lost").increment(0);
     // Back within the session timeout, a static member gets its partitions back unmoved.
     let longest = RESTART_PAUSE_MAX.min(opts.session_timeout / 2).max(RESTART_PAUSE_FIRST);
     let mut pause = RESTART_PAUSE_FIRST;
     loop {
+        let started = Instant::now();
         match run_once(opts.clone()) {
-            Err(e) if refused(&e) && !opts.stop.load(Ordering::Relaxed) => {
+            Err(e) if restartable(&e) && !opts.stop.load(Ordering::Relaxed) => {
+                if started.elapsed() > RESTART_PAUSE_RESET_AFTER {
+                    pause = RESTART_PAUSE_FIRST;
+                }
                 let why = format!("{e:#}; the stream starts again from its checkpoint in {} s", pause.as_secs());
-                warn!(error = %why, "outputs refused: nothing is lost, the batch is produced again");
-                metrics::counter!("tidemark_stream_restarts_total", "reason" => "outputs_refused").increment(1);
-                opts.progress.outputs_blocked(Some(why));
+                if refused(&e) {
+                    warn!(error = %why, "outputs refused: nothing is lost, the batch is produced again");
+                    metrics::counter!("tidemark_stream_restarts_total", "reason" => "outputs_refused").increment(1);
+                    opts.progress.outputs_blocked(Some(why));
+                } else {
+                    warn!(error = %why, "consumer lost: nothing is lost, the stream rejoins the group");
+                    metrics::counter!("tidemark_stream_restarts_total", "reason" => "consumer_lost").increment(1);
+                }
                 let until = Instant::now() + pause;
                 while Instant::now() < until && !opts.stop.load(Ordering::Relaxed) {
                     opts.progress.beat();
@@ -218,9 +234,34 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
 
 const RESTART_PAUSE_FIRST: Duration = Duration::from_secs(1);
 const RESTART_PAUSE_MAX: Duration = Duration::from_secs(60);
+/// A stream that ran this long before it had to start again starts with the first pause.
+const RESTART_PAUSE_RESET_AFTER: Duration = Duration::from_secs(600);
 
 fn refused(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<OutputsRefused>())
+}
+
+/// The consumer failed fatally (librdkafka gives it up for good: a static member fenced
+/// after a long broker outage, for one). The stream starts again with a new consumer, from
+/// its checkpoints; nothing was committed past them.
+#[derive(Debug)]
+pub struct ConsumerLost(pub String);
+
+impl std::fmt::Display for ConsumerLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the consumer failed for good ({}); a new one is made", self.0)
+    }
+}
+
+impl std::error::Error for ConsumerLost {}
+
+fn consumer_lost(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<ConsumerLost>())
+}
+
+/// Errors after which the stream starts again in the same process instead of ending it.
+fn restartable(e: &anyhow::Error) -> bool {
+    refused(e) || consumer_lost(e)
 }
 
 fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
@@ -229,7 +270,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         Some(s) => Arc::clone(s),
         None => open_store(&opts)?,
     };
-    let sources = crate::stream::tasks::source_topics(t);
+    let sources = crate::tasks::Sources::of(t);
     let context = TaskContext {
         store: Arc::clone(&store),
         sources: sources.clone(),
@@ -240,16 +281,10 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         closing: AtomicBool::new(false),
         standbys: opts.standbys.clone(),
         recall: opts.recall.clone(),
+        lifecycle: Arc::clone(&opts.lifecycle),
     };
-    let mut cfg = opts.settings.client_config();
-    cfg.set("group.id", &opts.group_id)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        // A fetch position outside the log (retention deleted records not yet processed, or
-        // a topic recreated shorter) is an error event, never a silent jump: see `gap`.
-        .set("auto.offset.reset", "error")
-        .set("isolation.level", "read_committed")
-        .set("statistics.interval.ms", STATS_EVERY_MS)
+    let mut cfg = opts.settings.log_reader_config(&opts.group_id);
+    cfg.set("statistics.interval.ms", STATS_EVERY_MS)
         .set("session.timeout.ms", opts.session_timeout.as_millis().to_string())
         // A hand-over export or a snapshot import runs between two polls (in the rebalance
         // callback or right after it): as long as a restore may take before liveness fails
@@ -258,17 +293,12 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         .set("max.poll.interval.ms", crate::telemetry::progress::MAX_RESTORE_SILENCE_MS.to_string())
         // Only the partitions that move are revoked in a rebalance (KIP-429); the others go
         // on. Every member of a group must use it (docs/operations.md, "Scaling").
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("fetch.wait.max.ms", "50")
-        // librdkafka postpones a partition's next fetch by this much once its prefetch queue
-        // is full (default 1 s). Draining a backlog, the loop empties 20 MB of queue in a few
-        // commits and then waited ~200 ms for data every fifth commit: 40k → 57k records/s.
-        .set("fetch.queue.backoff.ms", "10");
+        .set("partition.assignment.strategy", "cooperative-sticky");
     if let Some(id) = &opts.instance_id {
         cfg.set("group.instance.id", id);
     }
     let consumer: Consumer_ = cfg.create_with_context(context).context("creating consumer")?;
-    let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let topics = sources.names();
     let counts = partition_counts(&consumer, &topics)?;
     check_partition_counts(&store, &topics, &counts)?;
     if let Some(recall) = &opts.recall {
@@ -313,6 +343,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     })?;
     let drain = drain::Drain::new(opts.drain_timeout);
     let mut runner = Runner {
+        sources,
         opts,
         store,
         sink,
@@ -332,29 +363,21 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         held_at: None,
     };
     let result = runner.run_loop(&consumer);
-    if result.as_ref().is_err_and(refused) {
+    if result.as_ref().is_err_and(restartable) {
         runner.let_go();
     }
     // From here nothing handles assignment events: a closing consumer waits for its
     // revocations to be released.
     consumer.context().release_pending(&consumer);
+    // No active task outlives the stream: a partition assigned in the callback but not yet
+    // restored here closes too.
+    runner.opts.lifecycle.close_active();
     result
 }
 
 impl Runner {
     fn source_of(&self, topic: &str) -> Option<u16> {
-        let t = &self.opts.topology;
-        if topic == t.orders.topic {
-            Some(ORDERS)
-        } else if topic == t.inventory.topic {
-            Some(INVENTORY)
-        } else if topic == t.sku_repartition.topic {
-            Some(SKU_REPARTITION)
-        } else if topic == t.combine_repartition.topic {
-            Some(COMBINE)
-        } else {
-            None
-        }
+        self.sources.source_of(topic)
     }
 
     fn run_loop(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
@@ -385,6 +408,11 @@ impl Runner {
                         // Which partition is not said: look at every task's log start.
                         warn!(error = %e, "a fetch position is outside the log");
                         self.check_gaps(consumer)?;
+                    }
+                    Some(Err(e @ rdkafka::error::KafkaError::MessageConsumptionFatal(_))) => {
+                        // librdkafka gives a fatally failed consumer up for good (e.g. fenced
+                        // static membership after a long broker outage): a new one is made.
+                        return Err(ConsumerLost(e.to_string()).into());
                     }
                     Some(Err(e)) => warn!(error = %e, "consumer error"),
                     Some(Ok(msg)) => {
@@ -440,6 +468,10 @@ impl Runner {
         match result {
             Ok(()) => {
                 self.paused = want;
+                let to = if want { State::Suspended } else { State::Running };
+                for id in self.tasks.keys() {
+                    self.opts.lifecycle.note(*id, to);
+                }
                 info!(paused = want, "consumption {}", if want { "paused" } else { "resumed" });
             }
             Err(e) => warn!(error = %e, "cannot change pause state"),
@@ -507,6 +539,7 @@ impl Runner {
         let ids: Vec<PartitionId> = self.tasks.keys().copied().collect();
         self.quiesce_actions(&ids);
         for id in &ids {
+            self.opts.lifecycle.note(*id, State::Closed);
             self.opts.progress.revoked(*id);
             if id.source == SKU_REPARTITION {
                 if let Ok(mut o) = self.opts.sku_owned.lock() {
@@ -529,12 +562,16 @@ impl Runner {
                     // over (with snapshots on), then let the partitions go. They go even if
                     // the commit failed (the process then stops with that error): a closing
                     // consumer would wait for them forever.
+                    for id in &ids {
+                        self.opts.lifecycle.note(*id, State::HandingOver);
+                    }
                     let handed = self.hand_over(consumer, &ids);
                     if let Err(e) = TaskContext::release(consumer, &tpl) {
                         warn!(error = %e, partitions = ?ids, "releasing revoked partitions failed");
                     }
                     handed?;
                     for id in ids.iter().copied() {
+                        self.opts.lifecycle.note(id, State::Closed);
                         self.tasks.remove(&id);
                         self.last_marks.remove(&id);
                         self.combine.revoked(id);
@@ -556,6 +593,7 @@ impl Runner {
                     self.opts.progress.restore_started(&ids);
                     for id in ids {
                         self.opts.progress.beat();
+                        self.opts.lifecycle.note(id, State::Restoring);
                         failpoint::hit("restore.mid");
                         let restoring = Instant::now();
                         let task = self.restore(consumer, id).with_context(|| format!("restoring {id}"))?;
@@ -577,6 +615,7 @@ impl Runner {
                             self.opts.stats.outbox_rescan.store(true, Ordering::Relaxed);
                         }
                         self.tasks.insert(id, task);
+                        self.opts.lifecycle.note(id, State::Running);
                     }
                     self.opts.progress.restoring(false);
                     // A fresh assignment is unpaused; the loop re-applies a pause in force.
@@ -590,13 +629,7 @@ impl Runner {
     }
 
     fn topic_of(&self, id: PartitionId) -> &str {
-        let t = &self.opts.topology;
-        match id.source {
-            ORDERS => &t.orders.topic,
-            INVENTORY => &t.inventory.topic,
-            COMBINE => &t.combine_repartition.topic,
-            _ => &t.sku_repartition.topic,
-        }
+        self.sources.topic_of(id)
     }
 
     /// SPEC §1.4: a partition whose checkpoint lies below its log start (retention deleted
@@ -607,7 +640,9 @@ impl Runner {
     /// the log end (a topic deleted and recreated) always stops: the state is not this log's.
     fn check_log_start(&self, consumer: &Consumer_, id: PartitionId, task: &mut Task) -> anyhow::Result<()> {
         let topic = self.topic_of(id);
-        let (low, high) = settle(&format!("reading the log start of {id} ({topic})"), || {
+        // Running already: a broker that is down (SPEC §6: a 10-minute outage) is waited
+        // for, alive and reported, never a reason to exit.
+        let (low, high) = self.until_answered(&format!("reading the log start of {id} ({topic})"), || {
             consumer.fetch_watermarks(topic, id.partition, Duration::from_secs(10))
         })?;
         let next = task.next_offset();
@@ -621,6 +656,34 @@ impl Runner {
             // for gaps found at assignment and gaps opened while running).
         }
         Ok(())
+    }
+
+    /// Retries `f` with growing pauses (up to 5 s) until it succeeds or the process is told
+    /// to stop, beating liveness and warning every 10 s: for broker reads of a process that
+    /// is already running, which a broker outage must not end.
+    fn until_answered<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        mut f: impl FnMut() -> Result<T, E>,
+    ) -> anyhow::Result<T> {
+        let started = Instant::now();
+        let mut warned: Option<Instant> = None;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match f() {
+                Ok(v) => return Ok(v),
+                Err(e) if self.opts.stop.load(Ordering::Relaxed) => anyhow::bail!("{what}: {e} (stopping)"),
+                Err(e) => {
+                    if warned.is_none_or(|w| w.elapsed() >= Duration::from_secs(10)) {
+                        warned = Some(Instant::now());
+                        warn!(error = %e, waited_s = started.elapsed().as_secs(), "{what}: the broker does not answer; retrying");
+                    }
+                    self.opts.progress.beat();
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
     }
 
     /// After the consumer reported a fetch position outside a log: every task is checked

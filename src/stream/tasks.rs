@@ -16,11 +16,6 @@ pub const INVENTORY: u16 = PartitionId::INVENTORY;
 pub const SKU_REPARTITION: u16 = PartitionId::SKU_REPARTITION;
 pub const COMBINE: u16 = PartitionId::COMBINE;
 
-/// The four input topics of `t`, in `PartitionId::source` order.
-pub fn source_topics(t: &Topology) -> Vec<String> {
-    [&t.orders, &t.inventory, &t.sku_repartition, &t.combine_repartition].iter().map(|s| s.topic.clone()).collect()
-}
-
 /// Moves each task past offsets the consumer stepped over without handing a record to the
 /// application (transaction markers, aborted records): everything below the consumer's
 /// position was returned by `poll` and ingested. Shared by the stream thread and the standby

@@ -105,6 +105,14 @@ pub fn rebalanced() {
     counter!("tidemark_rebalances_total").increment(1);
 }
 
+/// A task transition the lifecycle does not allow (`tasks::lifecycle`): a defect, logged and
+/// counted; the partition goes on.
+pub fn transition_refused(refused: &crate::tasks::lifecycle::Refused) {
+    tracing::error!(partition = %refused.partition, from = refused.from.name(), to = refused.to.name(), "task transition refused: {refused}");
+    counter!("tidemark_task_transitions_refused_total", "from" => refused.from.name(), "to" => refused.to.name())
+        .increment(1);
+}
+
 /// Copies the engine's counters and the partitions' progress into the registry; called
 /// right before each scrape renders.
 pub fn publish(stats: &Stats, progress: &Progress) {

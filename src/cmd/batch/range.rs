@@ -100,18 +100,13 @@ pub struct Log {
 
 impl Log {
     pub fn open(settings: &KafkaSettings, topic: &str) -> anyhow::Result<Log> {
+        // A range whose start was deleted meanwhile fails (`auto.offset.reset=error`), never
+        // silently skips ahead.
         let consumer: BaseConsumer = settings
-            .client_config()
-            .set("group.id", "tidemark-batch")
-            .set("enable.auto.commit", "false")
+            .log_reader_config("tidemark-batch")
             .set("enable.partition.eof", "true")
-            .set("isolation.level", "read_committed")
-            // A range whose start was deleted meanwhile must fail, not silently skip ahead.
-            .set("auto.offset.reset", "error")
             // One partition is read at a time: let each fetch bring a large slice of it.
             .set("max.partition.fetch.bytes", "16777216")
-            // Fetch again as soon as the prefetch queue has room (librdkafka waits 1 s by default).
-            .set("fetch.queue.backoff.ms", "10")
             .create()
             .context("creating batch reader")?;
         let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT).context("fetching metadata")?;
