@@ -1,9 +1,10 @@
 //! `tidemark-chaos`: runs a profile of fault scenarios and writes the invariant report.
 //!
 //! ```text
-//! tidemark-chaos --profile short                 # CI: fifteen scenarios, about 25 minutes
+//! tidemark-chaos --profile short                 # CI: fifteen scenarios, about 20 minutes
 //! tidemark-chaos --profile soak --minutes 30     # soak: rounds of heavier scenarios
 //! tidemark-chaos --profile short --seed 1234     # replay a failure (seeds are printed)
+//! tidemark-chaos --profile outage                # the broker down for 10 minutes mid-run
 //! ```
 
 use std::io::Write;
@@ -19,7 +20,7 @@ use tidemark_chaos::scenario::{self, Env};
 #[derive(Parser)]
 #[command(about = "Kill tidemark in every way a StatefulSet can, and check SPEC §3")]
 struct Args {
-    /// `short` (CI) or `soak`.
+    /// `short` (CI), `soak` or `outage`.
     #[arg(long, default_value = "short")]
     profile: String,
     /// Soak duration.
@@ -82,7 +83,8 @@ fn run() -> anyhow::Result<bool> {
         let scenarios = match args.profile.as_str() {
             "short" => scenario::short_profile(),
             "soak" => scenario::soak_profile(round),
-            other => anyhow::bail!("--profile {other}: expected short or soak"),
+            "outage" => scenario::outage_profile(),
+            other => anyhow::bail!("--profile {other}: expected short, soak or outage"),
         };
         for (i, sc) in scenarios.iter().enumerate() {
             if args.only.as_deref().is_some_and(|name| name != sc.name) {
