@@ -621,20 +621,32 @@ class Footprint:
 
     def setup(self, ctx):
         self.bins = {}
+        root = os.path.dirname(ctx.raw_root)
         for bench in ctx.p.get("benches", ["dedup_footprint", "outbox_scan"]):
+            self.bins[bench] = prebuilt(root, bench) or self.build(root, bench)
+
+    @staticmethod
+    def build(root, bench):
+        """`cargo bench --no-run` of one bench; at most 15 min (another cargo, e.g. a `cargo test`
+        running the smoke, holds the target directory's lock for as long as it runs)."""
+        log(f"footprint: building the {bench} bench (cargo bench --no-run -p tidemark-state)")
+        try:
             out = subprocess.run(["cargo", "bench", "--no-run", "-p", "tidemark-state", "--bench", bench, "--message-format=json"],
-                                 cwd=os.path.dirname(ctx.raw_root), capture_output=True, text=True)
-            exe = None
-            for line in out.stdout.splitlines():
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == bench and msg.get("executable"):
-                    exe = msg["executable"]
-            if out.returncode != 0 or not exe:
-                raise BenchError(f"building the {bench} bench of tidemark-state failed:\n" + "\n".join(out.stderr.splitlines()[-15:]))
-            self.bins[bench] = exe
+                                 cwd=root, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"building the {bench} bench took over 15 min (another cargo holds the lock on the target directory?); "
+                             "build it first: cargo bench --no-run -p tidemark-state")
+        exe = None
+        for line in out.stdout.splitlines():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == bench and msg.get("executable"):
+                exe = msg["executable"]
+        if out.returncode != 0 or not exe:
+            raise BenchError(f"building the {bench} bench of tidemark-state failed:\n" + "\n".join(out.stderr.splitlines()[-15:]))
+        return exe
 
     def run(self, ctx, system, run_id):
         m = {}
@@ -661,6 +673,30 @@ class Footprint:
 
     def teardown(self, ctx):
         pass
+
+
+def prebuilt(root, bench):
+    """The newest built executable of a state bench ($CARGO_TARGET_DIR/release/deps/<bench>-<hash>)
+    if it is newer than every source it is built from (state/, topology/), else None. Saves a
+    cargo call (and a wait on cargo's lock) when the bench is already built."""
+    from .systems import target_dir
+    deps = os.path.join(target_dir(), "release", "deps")
+    try:
+        cands = [os.path.join(deps, f) for f in os.listdir(deps)
+                 if f.startswith(bench + "-") and "." not in f and os.access(os.path.join(deps, f), os.X_OK)]
+    except OSError:
+        return None
+    if not cands:
+        return None
+    exe = max(cands, key=os.path.getmtime)
+    newest_src = 0.0
+    for d in ("state", "topology", "Cargo.lock"):
+        path = os.path.join(root, d)
+        for dirpath, _, files in os.walk(path) if os.path.isdir(path) else [(root, [], [d])]:
+            for f in files:
+                if f.endswith((".rs", ".toml", ".lock")):
+                    newest_src = max(newest_src, os.path.getmtime(os.path.join(dirpath, f)))
+    return exe if os.path.getmtime(exe) >= newest_src else None
 
 
 def flatten(obj, prefix):
