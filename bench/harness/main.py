@@ -61,6 +61,9 @@ def run_scenario(name, args, smoke, broker=None, tidemark=None):
             if k.startswith("ks-"):
                 ctx.systems[k] = KafkaStreams("exactly_once_v2" if k == "ks-eos" else "at_least_once", jar=args.ks_jar, allow_dirty=allow_dirty)
         if "tidemark-state" in kinds:
+            st = describe(ctx, {"system": "tidemark-state"})
+            if st["dirty"] and not allow_dirty:
+                raise BenchError("state/ has uncommitted changes: the footprint benches measure committed code; commit them or pass --allow-dirty")
             ctx.systems["tidemark-state"] = None
         if needs_broker:
             ctx.broker = broker or Broker(args.kafka_port, keep=args.keep_broker).start()
