@@ -440,29 +440,9 @@ fn pause_needs_the_bearer_token_off_loopback_is_exported_and_survives_a_restart(
     child.finish();
 }
 
-/// Sets one config of `topic`, keeping its other topic-level settings (AlterConfigs replaces
-/// the whole set: the compaction policy `tidemark topics` gave it must stay).
 fn set_topic_config(topic: &str, key: &str, value: &str) {
-    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ConfigSource, ResourceSpecifier};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = settings().client_config().create().expect("admin client");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let described = rt
-        .block_on(admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new()))
-        .expect("describe configs");
-    let resource = described.into_iter().next().expect("one resource").expect("topic configs");
-    let kept: Vec<(String, String)> = resource
-        .entries
-        .iter()
-        .filter(|e| e.source == ConfigSource::DynamicTopic && e.name != key)
-        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
-        .collect();
-    let mut change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
-    for (k, v) in &kept {
-        change = change.set(k, v);
-    }
-    let altered = rt.block_on(admin.alter_configs(&[change], &AdminOptions::new())).expect("alter configs");
-    assert!(altered.iter().all(Result::is_ok), "{altered:?}");
+    rt.block_on(tidemark::kafka::admin::set_topic_config(&settings(), topic, key, value)).expect("set topic config");
 }
 
 #[test]

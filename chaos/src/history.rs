@@ -130,8 +130,7 @@ pub fn append_again(bootstrap: &str, topic: &str) -> anyhow::Result<usize> {
     Ok(records.len())
 }
 
-/// Sets one config of `topic`, keeping its other topic-level settings (AlterConfigs replaces
-/// the whole set: the compaction policy `tidemark topics` gave it must stay).
+/// Sets one config of `topic`, keeping its other topic-level settings.
 pub fn set_topic_config(
     rt: &tokio::runtime::Runtime,
     bootstrap: &str,
@@ -139,27 +138,5 @@ pub fn set_topic_config(
     key: &str,
     value: &str,
 ) -> anyhow::Result<()> {
-    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ConfigSource, ResourceSpecifier};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = KafkaSettings::new(bootstrap).client_config().create()?;
-    let described = rt.block_on(admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new()))?;
-    let resource = described
-        .into_iter()
-        .next()
-        .context("describe configs: no resource")?
-        .map_err(|e| anyhow::anyhow!("describe configs of {topic}: {e}"))?;
-    let kept: Vec<(String, String)> = resource
-        .entries
-        .iter()
-        .filter(|e| e.source == ConfigSource::DynamicTopic && e.name != key)
-        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
-        .collect();
-    let mut change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
-    for (k, v) in &kept {
-        change = change.set(k, v);
-    }
-    for r in rt.block_on(admin.alter_configs(&[change], &AdminOptions::new()))? {
-        r.map_err(|(res, e)| anyhow::anyhow!("altering {res:?}: {e}"))?;
-    }
-    Ok(())
+    rt.block_on(tidemark::kafka::admin::set_topic_config(&KafkaSettings::new(bootstrap), topic, key, value))
 }

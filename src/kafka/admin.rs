@@ -221,3 +221,28 @@ pub async fn check_log_append_time(
         wrong.join("; ")
     )
 }
+
+/// Sets one config of `topic`, keeping its other topic-level settings: AlterConfigs replaces
+/// the whole set, and the compaction policy `tidemark topics` gave a topic must stay.
+pub async fn set_topic_config(settings: &KafkaSettings, topic: &str, key: &str, value: &str) -> anyhow::Result<()> {
+    use rdkafka::admin::{AlterConfig, ConfigSource, ResourceSpecifier};
+    let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
+    let described = admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new()).await?;
+    let resource = described
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("describing the configs of {topic}: no answer"))?
+        .map_err(|e| anyhow::anyhow!("describing the configs of {topic}: {e}"))?;
+    let kept: Vec<(String, String)> = resource
+        .entries
+        .iter()
+        .filter(|e| e.source == ConfigSource::DynamicTopic && e.name != key)
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    let change =
+        kept.iter().fold(AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value), |c, (k, v)| c.set(k, v));
+    for r in admin.alter_configs(&[change], &AdminOptions::new()).await? {
+        r.map_err(|(resource, e)| anyhow::anyhow!("setting {key}={value} on {resource:?}: {e}"))?;
+    }
+    Ok(())
+}

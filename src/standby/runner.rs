@@ -118,7 +118,7 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
         .create_with_context(context)
         .context("creating the standby consumer")?;
     let topics = sources.names();
-    let counts = crate::stream::partition_counts(&consumer, &topics)?;
+    let counts = crate::stream::partition_counts(&consumer, &topics, &cfg.stop)?;
     let factory = TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]);
     let active = cfg.standbys.active();
     let runner = Runner {

@@ -151,13 +151,32 @@ pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
 /// whose metadata has not spread, partitions whose leader is being elected.
 const SETTLE: Duration = Duration::from_secs(30);
 
+/// Start-up was told to stop (SIGTERM) while it waited for the broker: nothing was
+/// processed, so the process ends cleanly.
+#[derive(Debug)]
+pub struct StoppedAtStart;
+
+impl std::fmt::Display for StoppedAtStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stopped while waiting for the broker at start")
+    }
+}
+
+impl std::error::Error for StoppedAtStart {}
+
 /// Retries `f` with backoff until it succeeds or `SETTLE` has passed; then the last error.
-fn settle<T, E: std::fmt::Display>(what: &str, mut f: impl FnMut() -> Result<T, E>) -> anyhow::Result<T> {
+/// A stop asked for meanwhile ends the wait with [`StoppedAtStart`].
+fn settle<T, E: std::fmt::Display>(
+    what: &str,
+    stop: &AtomicBool,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> anyhow::Result<T> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(100);
     loop {
         match f() {
             Ok(v) => return Ok(v),
+            Err(_) if stop.load(Ordering::Relaxed) => return Err(StoppedAtStart.into()),
             Err(e) if started.elapsed() < SETTLE => {
                 warn!(error = %e, "{what}: retrying");
                 std::thread::sleep(pause);
@@ -169,8 +188,8 @@ fn settle<T, E: std::fmt::Display>(what: &str, mut f: impl FnMut() -> Result<T, 
 }
 
 /// Partition counts of the input topics, read from the broker (they must exist).
-pub(crate) fn partition_counts(consumer: &Consumer_, topics: &[&str]) -> anyhow::Result<Vec<i32>> {
-    settle("reading topic metadata", || {
+pub(crate) fn partition_counts(consumer: &Consumer_, topics: &[&str], stop: &AtomicBool) -> anyhow::Result<Vec<i32>> {
+    settle("reading topic metadata", stop, || {
         let md = consumer.fetch_metadata(None, Duration::from_secs(10)).map_err(|e| e.to_string())?;
         topics
             .iter()
@@ -224,6 +243,10 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
                 while Instant::now() < until && !opts.stop.load(Ordering::Relaxed) {
                     opts.progress.beat();
                     std::thread::sleep(Duration::from_millis(200));
+                }
+                if opts.stop.load(Ordering::Relaxed) {
+                    // Stopped during the pause: the checkpoints are where the stream left them.
+                    return Ok(());
                 }
                 pause = (pause * 2).min(longest);
             }
@@ -299,7 +322,13 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     }
     let consumer: Consumer_ = cfg.create_with_context(context).context("creating consumer")?;
     let topics = sources.names();
-    let counts = partition_counts(&consumer, &topics)?;
+    let counts = match partition_counts(&consumer, &topics, &opts.stop) {
+        Err(e) if e.is::<StoppedAtStart>() => {
+            info!("{e}; nothing was processed");
+            return Ok(());
+        }
+        other => other?,
+    };
     check_partition_counts(&store, &topics, &counts)?;
     if let Some(recall) = &opts.recall {
         recall.set_sku_partitions(counts[usize::from(SKU_REPARTITION)]);
