@@ -364,7 +364,7 @@ impl PartitionTask {
     /// After the batch is durable: allow compaction to drop dedup entries that can never
     /// match again. Append times may step back a little (leader change, clock correction),
     /// hence the margin: a tenth of the retention, at most an hour (an hour on a 7-day
-    /// retention; a minute on the 10-minute retention of the soak in `bench/soak.sh`, whose
+    /// retention; a minute on the 10-minute retention of the soak (`bench/run soak`), whose
     /// state would otherwise grow for 70 minutes before the first entry could go).
     pub fn committed(&self, store: &Store) {
         store.set_dedup_horizon(self.id, self.dedup_horizon());
