@@ -9,6 +9,8 @@
 //! - `cargo bench -p tidemark-state --bench dedup_footprint -- --report N DIR`: the footprint
 //!   at volume, one JSON object on stdout (what `bench/run footprint` records). DIR must not
 //!   exist or be empty; it is removed at the end.
+mod common;
+
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
@@ -50,19 +52,7 @@ fn sst_bytes(dir: &Path) -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(at) = args.iter().position(|a| a == "--report") {
-        let n: u64 = args.get(at + 1).ok_or("--report N DIR: N missing")?.parse()?;
-        let dir = args
-            .get(at + 2)
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::env::temp_dir().join("tidemark-dedup-footprint"));
-        return report(n, &dir);
-    }
-    let mut c = Criterion::default().configure_from_args();
-    bench(&mut c);
-    c.final_summary();
-    Ok(())
+    common::main("tidemark-dedup-footprint", report, bench)
 }
 
 /// Criterion timings on a store of `PREFILL` compacted entries.

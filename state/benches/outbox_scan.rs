@@ -11,6 +11,8 @@
 //! - `cargo bench -p tidemark-state --bench outbox_scan -- --report N DIR`: the figures above
 //!   at volume, one JSON object on stdout (what `bench/run footprint` records).
 
+mod common;
+
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -41,19 +43,7 @@ fn phase_json(name: &str, before: u64) -> String {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(at) = args.iter().position(|a| a == "--report") {
-        let n: u64 = args.get(at + 1).ok_or("--report N DIR: N missing")?.parse()?;
-        let dir = args
-            .get(at + 2)
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::env::temp_dir().join("tidemark-outbox-scan"));
-        return report(n, &dir);
-    }
-    let mut c = Criterion::default().configure_from_args();
-    bench(&mut c);
-    c.final_summary();
-    Ok(())
+    common::main("tidemark-outbox-scan", report, bench)
 }
 
 /// `n` rows of ~600 bytes in 4 SKU partitions, 1 % pending, committed 20,000 at a time.
