@@ -689,6 +689,49 @@ fn wait_taken_over(pods: &[Pod], gone: usize, limit: Duration) -> anyhow::Result
     }
 }
 
+/// Probes every pod each second for `length` while a fault holds: each must stay up (one
+/// that exits is recorded as a crash and started again), stay live (`/healthz` 200: a kubelet
+/// would restart it otherwise) and say at least once that it is not ready (`/readyz` 503).
+/// Returns what did not hold, each finding once per pod.
+fn watch_through(
+    pods: &mut [Pod],
+    ends: &mut Ends,
+    length: Duration,
+    when: &str,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let since = Instant::now();
+    let mut not_ready = vec![false; pods.len()];
+    let mut found = std::collections::BTreeSet::new();
+    while since.elapsed() < length {
+        for (k, p) in pods.iter_mut().enumerate() {
+            if let Some(status) = p.reap() {
+                let what = format!("{} exited {when} ({status})", p.name);
+                ends.record(p, &what, true);
+                found.insert(what);
+                p.start(None)?;
+                continue;
+            }
+            match p.get("/healthz") {
+                Some((200, _)) => {}
+                Some((status, _)) => {
+                    found.insert(format!("{}: /healthz {status} {when}", p.name));
+                }
+                None => {
+                    found.insert(format!("{}: /healthz did not answer {when}", p.name));
+                }
+            }
+            not_ready[k] |= p.get("/readyz").is_some_and(|(s, _)| s == 503);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    for (p, seen) in pods.iter().zip(&not_ready) {
+        if !seen {
+            found.insert(format!("{} never said it was not ready {when}", p.name));
+        }
+    }
+    Ok(found)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn inject(
     env: &Env,
@@ -780,43 +823,11 @@ fn inject(
             std::thread::sleep(pause(rng, 1000, 2500));
             env.broker.kill()?;
             report.faults.push(format!("broker kill -9, down for {} s ({})", length.as_secs(), input_state(generator)));
-            let down = Instant::now();
-            let mut not_ready = vec![false; pods.len()];
-            // Each finding once per pod, not once per probe.
-            let mut found = std::collections::BTreeSet::new();
-            while down.elapsed() < length {
-                for (k, p) in pods.iter_mut().enumerate() {
-                    if let Some(status) = p.reap() {
-                        ends.record(
-                            p,
-                            &format!("{} exited during the broker outage ({status})", p.name),
-                            !status.success(),
-                        );
-                        found.insert(format!("{} exited during the broker outage ({status})", p.name));
-                        p.start(None)?;
-                        continue;
-                    }
-                    match p.get("/healthz") {
-                        Some((200, _)) => {}
-                        other => {
-                            // A kubelet would restart it: liveness must hold through an outage.
-                            let status = other.map_or("no answer".to_string(), |(s, _)| s.to_string());
-                            found.insert(format!("{}: /healthz {status} during the broker outage", p.name));
-                        }
-                    }
-                    not_ready[k] |= p.get("/readyz").is_some_and(|(s, _)| s == 503);
-                }
-                std::thread::sleep(Duration::from_secs(2));
-            }
+            let findings = watch_through(pods, ends, length, "during the broker outage")?;
             env.broker.restart()?;
             report.faults.push("broker started again".into());
-            for finding in found {
+            for finding in findings {
                 fail(report, &finding);
-            }
-            for (p, seen) in pods.iter().zip(&not_ready) {
-                if !seen {
-                    fail(report, &format!("{} never said it was not ready during the broker outage", p.name));
-                }
             }
         }
         Fault::OutputsRefused(length) => {
@@ -833,34 +844,12 @@ fn inject(
                 length.as_secs(),
                 input_state(generator)
             ));
-            let since = Instant::now();
-            let mut not_ready = vec![false; pods.len()];
-            let mut found = std::collections::BTreeSet::new();
-            while since.elapsed() < length {
-                for (k, p) in pods.iter_mut().enumerate() {
-                    if let Some(status) = p.reap() {
-                        ends.record(p, &format!("{} exited while outputs were refused ({status})", p.name), true);
-                        found.insert(format!("{} exited while outputs were refused ({status})", p.name));
-                        p.start(None)?;
-                        continue;
-                    }
-                    if !matches!(p.get("/healthz"), Some((200, _))) {
-                        found.insert(format!("{}: /healthz failed while outputs were refused", p.name));
-                    }
-                    not_ready[k] |= p.get("/readyz").is_some_and(|(s, _)| s == 503);
-                }
-                std::thread::sleep(Duration::from_secs(1));
-            }
+            let findings = watch_through(pods, ends, length, "while outputs were refused")?;
             for t in refused {
                 history::set_topic_config(&env.rt, &bootstrap, t, "max.message.bytes", "1048588")?;
             }
             report.faults.push("the topics take records again".into());
-            for (p, seen) in pods.iter().zip(&not_ready) {
-                if !seen {
-                    found.insert(format!("{} never said it was not ready while its outputs were refused", p.name));
-                }
-            }
-            for finding in found {
+            for finding in findings {
                 fail(report, &finding);
             }
         }

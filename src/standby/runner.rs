@@ -223,6 +223,14 @@ impl Runner {
         self.consumer.context().sources.topic_of(id)
     }
 
+    /// Gives up the lifecycle claim on `id` if the standby thread holds it (an active task
+    /// may then begin); a partition an active task holds is left as it is.
+    fn unclaim(&self, id: PartitionId) {
+        if self.cfg.lifecycle.state(id) == State::Standby {
+            self.cfg.lifecycle.note(id, State::Closed);
+        }
+    }
+
     fn is_active(&self, id: PartitionId) -> bool {
         self.active.lock().map(|a| a.contains(&id)).unwrap_or(true)
     }
@@ -299,12 +307,12 @@ impl Runner {
                 Err(e) => {
                     warn!(partition = %id, error = %e, "standby task not restored; tried again later");
                     self.retry.insert(id);
-                    self.cfg.lifecycle.note(id, State::Closed);
+                    self.unclaim(id);
                     continue;
                 }
             };
             if !self.within_log(id, task.next_offset()) {
-                self.cfg.lifecycle.note(id, State::Closed);
+                self.unclaim(id);
                 continue;
             }
             if id.source == SKU_REPARTITION {
@@ -367,7 +375,7 @@ impl Runner {
         for (id, next) in ids {
             if !self.within_log(id, next) {
                 self.tasks.remove(&id);
-                self.cfg.lifecycle.note(id, State::Closed);
+                self.unclaim(id);
             }
         }
     }
@@ -455,9 +463,8 @@ impl Runner {
         }
         let before = self.tasks.len();
         for id in ids {
-            if self.tasks.remove(id).is_some() || self.cfg.lifecycle.state(*id) == State::Standby {
-                self.cfg.lifecycle.note(*id, State::Closed);
-            }
+            self.tasks.remove(id);
+            self.unclaim(*id);
             self.retry.remove(id);
         }
         if self.tasks.len() != before {
@@ -486,9 +493,7 @@ impl Runner {
         let taken: Vec<PartitionId> = self.tasks.keys().copied().filter(|id| self.is_active(*id)).collect();
         for id in taken {
             self.tasks.remove(&id);
-            if self.cfg.lifecycle.state(id) == State::Standby {
-                self.cfg.lifecycle.note(id, State::Closed);
-            }
+            self.unclaim(id);
         }
         self.skip_control_records();
         let store = Arc::clone(&self.cfg.store);

@@ -151,45 +151,48 @@ pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
 /// whose metadata has not spread, partitions whose leader is being elected.
 const SETTLE: Duration = Duration::from_secs(30);
 
-/// Start-up was told to stop (SIGTERM) while it waited for the broker: nothing was
-/// processed, so the process ends cleanly.
-#[derive(Debug)]
-pub struct StoppedAtStart;
+/// Told to stop (SIGTERM) while waiting for the broker: nothing more was processed.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped while waiting for the broker")]
+pub struct StoppedWaiting;
 
-impl std::fmt::Display for StoppedAtStart {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "stopped while waiting for the broker at start")
-    }
-}
-
-impl std::error::Error for StoppedAtStart {}
-
-/// Retries `f` with backoff until it succeeds or `SETTLE` has passed; then the last error.
-/// A stop asked for meanwhile ends the wait with [`StoppedAtStart`].
-fn settle<T, E: std::fmt::Display>(
+/// Retries `f` with growing pauses (100 ms doubling to 5 s), warning at once and then every
+/// 10 s, until it succeeds, `limit` has passed (then the last error), or a stop is asked for
+/// ([`StoppedWaiting`]). With `progress`, liveness is beaten meanwhile: a running process
+/// waits out a broker outage of any length (`limit` None) instead of ending.
+fn wait_for_broker<T, E: std::fmt::Display>(
     what: &str,
     stop: &AtomicBool,
+    limit: Option<Duration>,
+    progress: Option<&Progress>,
     mut f: impl FnMut() -> Result<T, E>,
 ) -> anyhow::Result<T> {
     let started = Instant::now();
+    let mut warned: Option<Instant> = None;
     let mut pause = Duration::from_millis(100);
     loop {
         match f() {
             Ok(v) => return Ok(v),
-            Err(_) if stop.load(Ordering::Relaxed) => return Err(StoppedAtStart.into()),
-            Err(e) if started.elapsed() < SETTLE => {
-                warn!(error = %e, "{what}: retrying");
+            Err(_) if stop.load(Ordering::Relaxed) => return Err(StoppedWaiting.into()),
+            Err(e) if limit.is_some_and(|l| started.elapsed() >= l) => anyhow::bail!("{what}: {e}"),
+            Err(e) => {
+                if warned.is_none_or(|w| w.elapsed() >= Duration::from_secs(10)) {
+                    warned = Some(Instant::now());
+                    warn!(error = %e, waited_s = started.elapsed().as_secs(), "{what}: the broker does not answer; retrying");
+                }
+                if let Some(p) = progress {
+                    p.beat();
+                }
                 std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_secs(2));
+                pause = (pause * 2).min(Duration::from_secs(5));
             }
-            Err(e) => anyhow::bail!("{what}: {e}"),
         }
     }
 }
 
 /// Partition counts of the input topics, read from the broker (they must exist).
 pub(crate) fn partition_counts(consumer: &Consumer_, topics: &[&str], stop: &AtomicBool) -> anyhow::Result<Vec<i32>> {
-    settle("reading topic metadata", stop, || {
+    wait_for_broker("reading topic metadata", stop, Some(SETTLE), None, || {
         let md = consumer.fetch_metadata(None, Duration::from_secs(10)).map_err(|e| e.to_string())?;
         topics
             .iter()
@@ -226,18 +229,16 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
     loop {
         let started = Instant::now();
         match run_once(opts.clone()) {
-            Err(e) if restartable(&e) && !opts.stop.load(Ordering::Relaxed) => {
+            Err(e) if !opts.stop.load(Ordering::Relaxed) && restart_reason(&e).is_some() => {
+                let reason = restart_reason(&e).unwrap_or_default();
                 if started.elapsed() > RESTART_PAUSE_RESET_AFTER {
                     pause = RESTART_PAUSE_FIRST;
                 }
                 let why = format!("{e:#}; the stream starts again from its checkpoint in {} s", pause.as_secs());
-                if refused(&e) {
-                    warn!(error = %why, "outputs refused: nothing is lost, the batch is produced again");
-                    metrics::counter!("tidemark_stream_restarts_total", "reason" => "outputs_refused").increment(1);
+                warn!(error = %why, reason, "the stream starts again in this process; nothing is lost");
+                metrics::counter!("tidemark_stream_restarts_total", "reason" => reason).increment(1);
+                if reason == "outputs_refused" {
                     opts.progress.outputs_blocked(Some(why));
-                } else {
-                    warn!(error = %why, "consumer lost: nothing is lost, the stream rejoins the group");
-                    metrics::counter!("tidemark_stream_restarts_total", "reason" => "consumer_lost").increment(1);
                 }
                 let until = Instant::now() + pause;
                 while Instant::now() < until && !opts.stop.load(Ordering::Relaxed) {
@@ -260,31 +261,25 @@ const RESTART_PAUSE_MAX: Duration = Duration::from_secs(60);
 /// A stream that ran this long before it had to start again starts with the first pause.
 const RESTART_PAUSE_RESET_AFTER: Duration = Duration::from_secs(600);
 
-fn refused(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.is::<OutputsRefused>())
-}
-
 /// The consumer failed fatally (librdkafka gives it up for good: a static member fenced
 /// after a long broker outage, for one). The stream starts again with a new consumer, from
 /// its checkpoints; nothing was committed past them.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("the consumer failed for good ({0}); a new one is made")]
 pub struct ConsumerLost(pub String);
 
-impl std::fmt::Display for ConsumerLost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the consumer failed for good ({}); a new one is made", self.0)
-    }
-}
-
-impl std::error::Error for ConsumerLost {}
-
-fn consumer_lost(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.is::<ConsumerLost>())
-}
-
-/// Errors after which the stream starts again in the same process instead of ending it.
-fn restartable(e: &anyhow::Error) -> bool {
-    refused(e) || consumer_lost(e)
+/// Why the stream may start again in the same process after `e` (the
+/// `tidemark_stream_restarts_total` reason), or `None`: the error ends the process.
+fn restart_reason(e: &anyhow::Error) -> Option<&'static str> {
+    e.chain().find_map(|c| {
+        if c.is::<OutputsRefused>() {
+            Some("outputs_refused")
+        } else if c.is::<ConsumerLost>() {
+            Some("consumer_lost")
+        } else {
+            None
+        }
+    })
 }
 
 fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
@@ -323,7 +318,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     let consumer: Consumer_ = cfg.create_with_context(context).context("creating consumer")?;
     let topics = sources.names();
     let counts = match partition_counts(&consumer, &topics, &opts.stop) {
-        Err(e) if e.is::<StoppedAtStart>() => {
+        Err(e) if e.is::<StoppedWaiting>() => {
             info!("{e}; nothing was processed");
             return Ok(());
         }
@@ -392,7 +387,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         held_at: None,
     };
     let result = runner.run_loop(&consumer);
-    if result.as_ref().is_err_and(restartable) {
+    if result.as_ref().is_err_and(|e| restart_reason(e).is_some()) {
         runner.let_go();
     }
     // From here nothing handles assignment events: a closing consumer waits for its
@@ -671,9 +666,13 @@ impl Runner {
         let topic = self.topic_of(id);
         // Running already: a broker that is down (SPEC §6: a 10-minute outage) is waited
         // for, alive and reported, never a reason to exit.
-        let (low, high) = self.until_answered(&format!("reading the log start of {id} ({topic})"), || {
-            consumer.fetch_watermarks(topic, id.partition, Duration::from_secs(10))
-        })?;
+        let (low, high) = wait_for_broker(
+            &format!("reading the log start of {id} ({topic})"),
+            &self.opts.stop,
+            None,
+            Some(&self.opts.progress),
+            || consumer.fetch_watermarks(topic, id.partition, Duration::from_secs(10)),
+        )?;
         let next = task.next_offset();
         gap::register(id);
         let verdict = gap::judge(id, topic, next, low, high, self.opts.accept_gaps, &self.opts.state_dir)?;
@@ -685,34 +684,6 @@ impl Runner {
             // for gaps found at assignment and gaps opened while running).
         }
         Ok(())
-    }
-
-    /// Retries `f` with growing pauses (up to 5 s) until it succeeds or the process is told
-    /// to stop, beating liveness and warning every 10 s: for broker reads of a process that
-    /// is already running, which a broker outage must not end.
-    fn until_answered<T, E: std::fmt::Display>(
-        &self,
-        what: &str,
-        mut f: impl FnMut() -> Result<T, E>,
-    ) -> anyhow::Result<T> {
-        let started = Instant::now();
-        let mut warned: Option<Instant> = None;
-        let mut pause = Duration::from_millis(100);
-        loop {
-            match f() {
-                Ok(v) => return Ok(v),
-                Err(e) if self.opts.stop.load(Ordering::Relaxed) => anyhow::bail!("{what}: {e} (stopping)"),
-                Err(e) => {
-                    if warned.is_none_or(|w| w.elapsed() >= Duration::from_secs(10)) {
-                        warned = Some(Instant::now());
-                        warn!(error = %e, waited_s = started.elapsed().as_secs(), "{what}: the broker does not answer; retrying");
-                    }
-                    self.opts.progress.beat();
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
     }
 
     /// After the consumer reported a fetch position outside a log: every task is checked
