@@ -224,6 +224,12 @@ pub struct RunArgs {
     /// seconds (0 = no bound: ready once the lag is known).
     #[arg(long, env = "TIDEMARK_READY_MAX_LAG_SECONDS", default_value_t = 60)]
     pub ready_max_lag_seconds: u64,
+    /// What the state store's memtables (RocksDB's write buffers, over every column family)
+    /// may hold together, in MiB; the largest is flushed when they reach it. The process's
+    /// memory is this, the 256 MiB block cache at most, and what the tasks hold
+    /// (`tidemark_task_entries`). 0: no budget (each column family up to two 64 MiB memtables).
+    #[arg(long, env = "TIDEMARK_STATE_MEMTABLE_MB", default_value_t = 64)]
+    pub state_memtable_mb: usize,
     /// Seconds between two measurements of backlog age per partition.
     #[arg(long, default_value_t = 2)]
     pub backlog_probe_every: u64,

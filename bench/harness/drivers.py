@@ -415,6 +415,13 @@ class Paced:
                 m[prefix + "rss_growth_mb"] = round(after[-1][1] - after[0][1], 1)
                 m[prefix + "rss_growth_pct"] = round(100 * (after[-1][1] - after[0][1]) / after[0][1], 1)
                 m[prefix + "rss_peak_rise_pct"] = round(100 * (max(x[1] for x in after) - after[0][1]) / after[0][1], 1)
+                # The envelope: the peak of the second half after settle_s against the first
+                # half's. A bounded sawtooth (memtables filling and flushing) leaves it flat; a
+                # heap that grows with pending rows raises it.
+                mid = (after[0][0] + after[-1][0]) / 2
+                first, second = [v for t, v in after if t < mid], [v for t, v in after if t >= mid]
+                if first and second:
+                    m[prefix + "rss_envelope_rise_pct"] = round(100 * (max(second) - max(first)) / max(first), 1)
                 if len(after) > 2 and after[-1][0] > after[0][0]:
                     m[prefix + "rss_slope_mb_per_h"] = round(slope(after) * 3600, 1)
                     mean = sum(v for _, v in after) / len(after)
@@ -422,6 +429,9 @@ class Paced:
         rises = [m[k] for k in m if k.endswith("rss_peak_rise_pct")]
         if rises:
             m["rss_peak_rise_pct_max"] = max(rises)
+        envelopes = [m[k] for k in m if k.endswith("rss_envelope_rise_pct")]
+        if envelopes:
+            m["rss_envelope_rise_pct_max"] = max(envelopes)
         # Pending rows: tidemark_outbox_pending counts the deliveries under way, at most 2,048
         # (docs/operations.md); rows committed beyond that stay in the outbox and count in
         # tidemark_outbox_deferred_total once each. Nothing is delivered or expires while the

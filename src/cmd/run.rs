@@ -141,6 +141,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         warmup_timeout: args.warmup_timeout,
         recall: None,
         lifecycle: Arc::default(),
+        memtable_budget_bytes: args.state_memtable_mb.saturating_mul(1 << 20),
     };
     let opening = Instant::now();
     let store = stream::open_store(&opts)?;

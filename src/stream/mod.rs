@@ -94,6 +94,8 @@ pub struct StreamOptions {
     pub recall: Option<Arc<crate::actions::Recall>>,
     /// The states of this process's tasks (shared with the standby thread).
     pub lifecycle: Arc<crate::tasks::Lifecycle>,
+    /// What the state store's memtables may hold together (`tidemark run --state-memtable-mb`).
+    pub memtable_budget_bytes: usize,
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -142,6 +144,7 @@ pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
         &StoreOptions {
             owner: format!("{}/{}", t.name, opts.group_id),
             dedup_retention_ms: Some(t.dedup_retention_ms),
+            memtable_budget_bytes: opts.memtable_budget_bytes,
             ..StoreOptions::default()
         },
     )?))

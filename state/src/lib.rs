@@ -33,5 +33,5 @@ pub use export::{ConsistentPoint, ExportedFile, PartitionExport};
 pub use keys::{Namespace, PartitionId};
 pub use memory::{MemBatch, MemStore};
 pub use outbox::OutboxIndex;
-pub use store::{KeyValue, MemoryUsage, Store, StoreOptions};
+pub use store::{KeyValue, MemoryUsage, Store, StoreOptions, DEFAULT_MEMTABLE_BUDGET_BYTES};
 pub use view::{StateStore, StateView, StateWrite};
