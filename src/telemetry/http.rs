@@ -48,6 +48,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 
 async fn metrics(State(app): State<App>) -> String {
     events::publish(&app.stats, &app.progress);
+    super::process::publish();
     app.handle.run_upkeep();
     app.handle.render()
 }

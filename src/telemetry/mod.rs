@@ -9,10 +9,12 @@
 
 pub mod admin;
 pub mod backlog;
+pub mod describe;
 pub mod disk;
 pub mod events;
 pub mod http;
 pub mod ownership;
+pub mod process;
 pub mod progress;
 
 pub use progress::Progress;
@@ -58,6 +60,7 @@ pub fn serve(rt: &tokio::runtime::Runtime, s: Surface<'_>) -> anyhow::Result<Opt
         None => None,
     };
     let handle = events::install()?;
+    describe::all();
     let listener = rt.block_on(http::bind(addr)).with_context(|| format!("binding --http-addr {addr}"))?;
     tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /startupz, /healthz, /readyz");
     rt.spawn(http::serve(listener, handle, Arc::clone(s.stats), Arc::clone(s.progress)));

@@ -1,0 +1,92 @@
+//! What an operator sees of a running processor, against a real broker: help text for every
+//! metric family, process metrics, logs that a clean shutdown leaves without an ERROR line,
+//! and JSON logs on request.
+
+mod common;
+
+use std::io::Read;
+use std::process::Child;
+use std::time::Duration;
+
+use common::*;
+
+fn stderr_of(mut child: Child) -> String {
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    err
+}
+
+/// A processor with `/metrics` on a free port, killed when dropped unless [`Running::stop`]
+/// ended it.
+struct Running {
+    child: Option<Child>,
+    port: u16,
+    _state: tempfile::TempDir,
+    _topology: Topo,
+}
+
+impl Running {
+    /// Sends SIGTERM, waits for the exit and returns its status and stderr.
+    fn stop(&mut self) -> (std::process::ExitStatus, String) {
+        let mut child = self.child.take().expect("running");
+        signal(&child, "TERM");
+        let status = wait_for(Duration::from_secs(30), "exit after SIGTERM", || child.try_wait().ok().flatten());
+        (status, stderr_of(child))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts a processor over a small generated log (with `env`) and waits until every record
+/// is processed and a commit has happened; returns it and the `/metrics` page then.
+fn running_with_metrics(env: &[(&str, &str)]) -> (Running, String) {
+    let orders = unique("surface");
+    let t = topology(&orders, &unique("run-surface"));
+    create_topics(&t);
+    generate(&orders, &["--events", "500", "--rate", "500", "--seed", "4", "--malformed-fraction", "0.05"]);
+    let state = tempfile::tempdir().expect("tmp");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut all = vec![("TIDEMARK_HTTP_ADDR", addr.as_str())];
+    all.extend_from_slice(env);
+    let child = spawn_run(&t, state.path(), &unique("g"), &all);
+    let running = Running { child: Some(child), port, _state: state, _topology: t };
+    let page = wait_for(Duration::from_secs(90), "every record processed and committed", || {
+        let page = http("GET", running.port, "/metrics")?.1;
+        let n = metric(&page, "tidemark_records_total").first().map(|(_, v)| *v)?;
+        let committed = !metric(&page, "tidemark_checkpoint_duration_seconds_count").is_empty();
+        (n >= 500.0 && committed).then_some(page)
+    });
+    (running, page)
+}
+
+#[test]
+fn every_metric_family_on_a_live_metrics_page_has_help_text_and_the_build_and_process_are_described() {
+    let (mut running, page) = running_with_metrics(&[]);
+    let families: Vec<&str> = page.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    let helped: Vec<&str> = page.lines().filter_map(|l| l.strip_prefix("# HELP ")?.split(' ').next()).collect();
+    let without: Vec<_> = families.iter().filter(|f| !helped.contains(f)).collect();
+    assert!(without.is_empty(), "metric families without # HELP: {without:?}\n{page}");
+    assert_eq!(helped.len(), families.len(), "one # HELP line per family (# TYPE line)\n{page}");
+    assert!(families.len() > 20, "a live page has many families, found {}", families.len());
+    let info = metric(&page, "tidemark_build_info");
+    assert!(
+        info.iter().any(|(labels, v)| labels.contains("commit=\"") && *v == 1.0),
+        "tidemark_build_info{{version,commit}} 1 on the page: {info:?}"
+    );
+    for name in ["process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "process_threads"] {
+        assert!(families.contains(&name), "process metric {name} missing from /metrics");
+    }
+    assert!(metric(&page, "process_resident_memory_bytes").first().is_some_and(|(_, v)| *v > 1e6));
+    let (status, _) = running.stop();
+    assert!(status.success(), "{status}");
+}
