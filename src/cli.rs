@@ -14,6 +14,9 @@ pub struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `tidemark=debug`.
     #[arg(long, global = true, env = "TIDEMARK_LOG", default_value = "info")]
     pub log: String,
+    /// Log lines as text (for people) or one JSON object per line (for log collectors).
+    #[arg(long, global = true, env = "TIDEMARK_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::logging::LogFormat::Text)]
+    pub log_format: crate::telemetry::logging::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]

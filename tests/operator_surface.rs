@@ -23,6 +23,7 @@ fn stderr_of(mut child: Child) -> String {
 struct Running {
     child: Option<Child>,
     port: u16,
+    orders: String,
     _state: tempfile::TempDir,
     _topology: Topo,
 }
@@ -58,8 +59,10 @@ fn running_with_metrics(env: &[(&str, &str)]) -> (Running, String) {
     let addr = format!("127.0.0.1:{port}");
     let mut all = vec![("TIDEMARK_HTTP_ADDR", addr.as_str())];
     all.extend_from_slice(env);
-    let child = spawn_run(&t, state.path(), &unique("g"), &all);
-    let running = Running { child: Some(child), port, _state: state, _topology: t };
+    let mut command = run_command(&t, state.path(), &unique("g"));
+    command.args(["--backlog-probe-every", "1"]).envs(all);
+    let child = command.spawn().expect("spawn tidemark run");
+    let running = Running { child: Some(child), port, orders, _state: state, _topology: t };
     let page = wait_for(Duration::from_secs(90), "every record processed and committed", || {
         let page = http("GET", running.port, "/metrics")?.1;
         let n = metric(&page, "tidemark_records_total").first().map(|(_, v)| *v)?;
@@ -89,4 +92,43 @@ fn every_metric_family_on_a_live_metrics_page_has_help_text_and_the_build_and_pr
     assert!(metric(&page, "process_resident_memory_bytes").first().is_some_and(|(_, v)| *v > 1e6));
     let (status, _) = running.stop();
     assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_clean_sigterm_logs_no_error_line() {
+    let admin = free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let (mut running, _) = running_with_metrics(&[("TIDEMARK_ADMIN_ADDR", &admin_addr)]);
+    // A backlog the prober reads: it fetches up to the log end, so its consumer holds
+    // end-of-partition events when the process stops (logged as a librdkafka ERROR before).
+    assert_eq!(http("POST", admin, "/pause").map(|r| r.0), Some(200));
+    generate(&running.orders, &["--events", "40", "--rate", "1000", "--seed", "9", "--event-bytes", "256"]);
+    wait_for(Duration::from_secs(30), "a backlog age measured while paused", || {
+        let page = http("GET", running.port, "/metrics")?.1;
+        let ages = metric(&page, "tidemark_backlog_age_seconds");
+        ages.iter().any(|(labels, v)| labels.contains("source=\"orders\"") && *v > 0.0).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let (status, log) = running.stop();
+    assert!(status.success(), "a SIGTERM ends in a clean exit, got {status}:\n{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(errors.is_empty(), "ERROR lines on a clean SIGTERM: {errors:#?}");
+}
+
+#[test]
+fn with_log_format_json_every_log_line_is_a_json_object_with_level_target_and_message() {
+    let (mut running, _) = running_with_metrics(&[("TIDEMARK_LOG_FORMAT", "json")]);
+    let (status, log) = running.stop();
+    assert!(status.success(), "{status}:\n{log}");
+    // The final summary is the command's own output (`tidemark: processed …`), not a log line.
+    let lines: Vec<&str> = log.lines().filter(|l| !l.starts_with("tidemark: ")).collect();
+    assert!(lines.len() >= 3, "log lines expected:\n{log}");
+    for line in lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        for key in ["timestamp", "level", "target", "message"] {
+            assert!(v[key].is_string(), "{key} missing in {line}");
+        }
+        assert_ne!(v["level"], "ERROR", "{line}");
+    }
 }

@@ -3,6 +3,7 @@
 //! (`log_ends`), and the output producer.
 
 pub mod admin;
+pub mod client_log;
 pub mod context;
 pub mod log_ends;
 pub mod reader;

@@ -20,6 +20,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::warn;
 
 use super::Progress;
+use crate::kafka::client_log::EofIsNotAnError;
 use crate::kafka::KafkaSettings;
 
 /// `topics`: the topic name of each source (`PartitionId::source`) the progress tracks.
@@ -30,7 +31,7 @@ pub fn spawn(
     stop: Arc<AtomicBool>,
     every: Duration,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let consumer: BaseConsumer = settings
+    let consumer: BaseConsumer<EofIsNotAnError> = settings
         .client_config()
         // librdkafka wants a group id even for manual assignment; this one never commits.
         .set("group.id", "tidemark-backlog-prober")
@@ -42,7 +43,7 @@ pub fn spawn(
         // Never read "the newest record" in place of a deleted one: that reported ~0 s
         // exactly when data was lost.
         .set("auto.offset.reset", "error")
-        .create()?;
+        .create_with_context(EofIsNotAnError)?;
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             for (id, mut p) in progress.snapshot() {
@@ -107,7 +108,7 @@ enum Oldest {
     Unknown,
 }
 
-fn oldest_at(consumer: &BaseConsumer, topic: &str, partition: i32, offset: i64) -> Oldest {
+fn oldest_at(consumer: &BaseConsumer<EofIsNotAnError>, topic: &str, partition: i32, offset: i64) -> Oldest {
     let mut tpl = TopicPartitionList::new();
     if tpl.add_partition_offset(topic, partition, Offset::Offset(offset)).is_err() {
         return Oldest::Unknown;

@@ -13,6 +13,7 @@ pub mod describe;
 pub mod disk;
 pub mod events;
 pub mod http;
+pub mod logging;
 pub mod ownership;
 pub mod process;
 pub mod progress;
