@@ -213,7 +213,7 @@ pub async fn check_log_append_time(
         return Ok(());
     }
     anyhow::bail!(
-        "{}: tidemark's logical time is the broker's append time (SPEC §1.4). Fix: \
+        "{}: tidemark's logical time is the broker's append time (docs/semantics.md). Fix: \
          `kafka-configs.sh --bootstrap-server … --alter --entity-type topics --entity-name TOPIC \
          --add-config message.timestamp.type=LogAppendTime` (records appended before the change \
          keep their producer time), or create the topics with `tidemark topics`; or pass \
