@@ -132,3 +132,29 @@ fn with_log_format_json_every_log_line_is_a_json_object_with_level_target_and_me
         assert_ne!(v["level"], "ERROR", "{line}");
     }
 }
+
+#[test]
+fn validate_reports_three_type_errors_in_one_run_each_with_its_key_path_and_line_and_column() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("types.toml");
+    let text = tidemark_topology::config::EXAMPLE
+        .replacen("partitions = 4", "partitions = \"four\"", 1)
+        .replace("allow_unsigned = false", "allow_unsigned = \"no\"")
+        .replace("max_batch_records = 20000", "max_batch_records = \"many\"");
+    std::fs::write(&path, &text).expect("write");
+    let out = std::process::Command::new(BIN).arg("validate").arg(&path).output().expect("validate");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    let origin = path.display().to_string();
+    for (key, path) in [
+        ("partitions = \"four\"", "sources.orders.partitions"),
+        ("allow_unsigned", "endpoints.allow_unsigned"),
+        ("max_batch_records", "state.max_batch_records"),
+    ] {
+        let line = text.lines().position(|l| l.starts_with(key)).map(|i| i + 1).expect("line");
+        let column = text.lines().nth(line - 1).and_then(|l| l.find('=')).map(|i| i + 3).expect("column");
+        let located = format!("{origin}:{line}:{column}: {path}: invalid type: string");
+        assert!(stdout.contains(&located), "no `{located}` in:\n{stdout}");
+    }
+    assert!(stdout.contains("3 error(s)"), "{stdout}");
+}
