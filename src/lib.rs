@@ -20,7 +20,7 @@
 //! - [`status`]: the live status line and final summary.
 //! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
 //!   engine and an in-memory store; see `docs/test-driver.md`.
-//! - [`tasks`]: the task manager being built (issue 32): the topic ↔ source mapping so far.
+//! - [`tasks`]: the task manager being built (issue 32): sources, tasks, the task set, the lifecycle.
 //! - [`telemetry`]: `/metrics` and the probes, pause/resume on the admin listener, the
 //!   backlog-age prober.
 

@@ -23,7 +23,7 @@ use crate::engine::Stats;
 use crate::kafka::admin;
 use crate::kafka::reader::read_topic;
 use crate::kafka::KafkaSettings;
-use crate::stream::tasks::SKU_REPARTITION;
+use crate::tasks::SKU_REPARTITION;
 use crate::{actions, status, stream};
 
 /// Where the example topology the demo runs lives in the repository.

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use tidemark_state::{Checkpoint, CommitBatch, Namespace, PartitionId, StateError, Store};
+use tidemark_state::{Checkpoint, Namespace, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::combine::{expiry_start_ms, CombineInput, Latest, PartialRecord, Progress};
 use tidemark_topology::dashboard::DashboardRecord;
 use tidemark_topology::provisional::ProvisionalRecord;
@@ -73,7 +73,11 @@ fn decode_err(what: &'static str, e: impl std::fmt::Display) -> StateError {
 }
 
 impl CombineTask {
-    pub fn restore(store: &Store, id: PartitionId, cfg: CombineTaskConfig) -> Result<Self, StateError> {
+    pub fn restore<S: StateView + ?Sized>(
+        store: &S,
+        id: PartitionId,
+        cfg: CombineTaskConfig,
+    ) -> Result<Self, StateError> {
         let checkpoint = store.checkpoint(id)?.unwrap_or_default();
         let mut progress = Progress::default();
         let mut entries = BTreeMap::new();
@@ -199,7 +203,7 @@ impl CombineTask {
 
     /// Step 2: emit the changed keys' rows, stage their state, progress and checkpoint, and
     /// drop the keys every orders partition has expired.
-    pub fn finish(&mut self, batch: &mut CommitBatch<'_>, out: &mut Vec<OutputRecord>) -> Result<(), StateError> {
+    pub fn finish<W: StateWrite>(&mut self, batch: &mut W, out: &mut Vec<OutputRecord>) -> Result<(), StateError> {
         self.uncommitted = false;
         for key in std::mem::take(&mut self.dirty) {
             let Some(entry) = self.entries.get(&key) else { continue };
@@ -244,7 +248,7 @@ fn state_key(kind: u8, combined: &str) -> Vec<u8> {
 mod tests {
     use super::*;
     use rust_decimal::Decimal;
-    use tidemark_state::StoreOptions;
+    use tidemark_state::{Store, StoreOptions};
     use tidemark_topology::dashboard::DashboardRecord;
     use tidemark_topology::figures::Figures;
 

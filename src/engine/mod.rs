@@ -4,6 +4,7 @@
 
 pub mod combine;
 pub mod derive;
+pub mod forward;
 pub mod held;
 pub mod inventory;
 pub mod outbox;

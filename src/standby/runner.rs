@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::tasks::State;
 use anyhow::Context as _;
 use metrics::gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -30,10 +29,10 @@ use tracing::{info, warn};
 
 use super::{audit_tail, Request, Standbys};
 use crate::engine::outbox::OutboxRow;
-use crate::engine::{OutputRecord, SourceRecord, Stats};
+use crate::engine::{OutputRecord, Stats};
 use crate::kafka::context::TaskContext;
 use crate::kafka::KafkaSettings;
-use crate::stream::tasks::{Task, TaskFactory, SKU_REPARTITION};
+use crate::tasks::{Polled, State, Task, TaskFactory, TaskSet, SKU_REPARTITION};
 
 /// How often the owners' committed offsets (each standby task's limit) are read.
 const LIMITS_EVERY: Duration = Duration::from_millis(500);
@@ -66,9 +65,8 @@ type Consumer_ = BaseConsumer<TaskContext>;
 struct Runner {
     cfg: StandbyConfig,
     consumer: Consumer_,
-    factory: TaskFactory,
     active: Arc<Mutex<BTreeSet<PartitionId>>>,
-    tasks: BTreeMap<PartitionId, Task>,
+    tasks: TaskSet,
     /// Partitions whose checkpoint lies outside their log: left to the active owner.
     left: BTreeSet<PartitionId>,
     out: Vec<OutputRecord>,
@@ -119,14 +117,13 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
         .context("creating the standby consumer")?;
     let topics = sources.names();
     let counts = crate::stream::partition_counts(&consumer, &topics, &cfg.stop)?;
-    let factory = TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]);
+    let tasks = TaskSet::new(TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]), sources);
     let active = cfg.standbys.active();
     let runner = Runner {
         cfg,
         consumer,
-        factory,
         active,
-        tasks: BTreeMap::new(),
+        tasks,
         left: BTreeSet::new(),
         out: Vec::new(),
         rows: Vec::new(),
@@ -150,7 +147,7 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
 
 impl Runner {
     fn run(mut self, requests: &Receiver<Request>) {
-        let everything: Vec<PartitionId> = self.factory.all_partitions().collect();
+        let everything: Vec<PartitionId> = self.tasks.factory().all_partitions().collect();
         self.adopt(&everything);
         self.start_tail();
         let stop = Arc::clone(&self.cfg.stop);
@@ -215,12 +212,8 @@ impl Runner {
         }
     }
 
-    fn source_of(&self, topic: &str) -> Option<u16> {
-        self.consumer.context().source_of(topic)
-    }
-
     fn topic_of(&self, id: PartitionId) -> &str {
-        self.consumer.context().sources.topic_of(id)
+        self.tasks.sources().topic_of(id)
     }
 
     /// Gives up the lifecycle claim on `id` if the standby thread holds it (an active task
@@ -261,8 +254,7 @@ impl Runner {
                 }
                 Some(Err(_)) => {}
                 Some(Ok(msg)) => {
-                    let Some(source) = self.source_of(msg.topic()) else { continue };
-                    let id = PartitionId { source, partition: msg.partition() };
+                    let Some(id) = self.tasks.id_of(msg.topic(), msg.partition()) else { continue };
                     if msg.offset() >= self.limits.get(&id).copied().unwrap_or(0) {
                         // Records already fetched past the limit still arrive after the
                         // pause; the first one rewound the partition, the rest are dropped.
@@ -271,11 +263,7 @@ impl Runner {
                         }
                         continue;
                     }
-                    let Some(task) = self.tasks.get_mut(&id) else { continue };
-                    let append_ms =
-                        msg.timestamp().to_millis().filter(|t| *t >= 0).unwrap_or(task.checkpoint().max_append_ms);
-                    let rec = SourceRecord { key: msg.key(), value: msg.payload(), append_ms, offset: msg.offset() };
-                    if task.ingest(rec, &mut self.out, &self.stats) {
+                    if self.tasks.ingest(id, Polled::of(&msg), &mut self.out, &self.stats).is_some_and(|i| i.counted) {
                         taken += 1;
                     }
                     // The active owner writes the outputs.
@@ -291,7 +279,7 @@ impl Runner {
         let started = Instant::now();
         let mut adopted = 0usize;
         for &id in ids {
-            if self.tasks.contains_key(&id) || self.is_active(id) {
+            if self.tasks.contains(id) || self.is_active(id) {
                 continue;
             }
             // Claimed first, so the import below never lands on an active task's state.
@@ -302,7 +290,7 @@ impl Runner {
             if let Some(r) = &self.cfg.restorer {
                 r.restore_if_ahead(&self.cfg.store, id);
             }
-            let task = match self.factory.restore(&self.cfg.store, id) {
+            let task = match self.tasks.restore(self.cfg.store.as_ref(), id) {
                 Ok(task) => task,
                 Err(e) => {
                     warn!(partition = %id, error = %e, "standby task not restored; tried again later");
@@ -374,7 +362,7 @@ impl Runner {
         let ids: Vec<(PartitionId, i64)> = self.tasks.iter().map(|(id, t)| (*id, t.next_offset())).collect();
         for (id, next) in ids {
             if !self.within_log(id, next) {
-                self.tasks.remove(&id);
+                self.tasks.remove(id);
                 self.unclaim(id);
             }
         }
@@ -403,8 +391,8 @@ impl Runner {
             return;
         }
         let mut tpl = TopicPartitionList::new();
-        for id in self.tasks.keys() {
-            tpl.add_partition(self.topic_of(*id), id.partition);
+        for id in self.tasks.ids() {
+            tpl.add_partition(self.topic_of(id), id.partition);
         }
         let committed = match self.consumer.committed_offsets(tpl, Duration::from_secs(5)) {
             Ok(c) => c,
@@ -419,14 +407,13 @@ impl Runner {
         self.limits_at = Some(Instant::now());
         let mut resume = TopicPartitionList::new();
         for e in committed.elements() {
-            let Some(source) = self.source_of(e.topic()) else { continue };
-            let id = PartitionId { source, partition: e.partition() };
+            let Some(id) = self.tasks.id_of(e.topic(), e.partition()) else { continue };
             let limit = match e.offset() {
                 Offset::Offset(o) => o,
                 _ => 0,
             };
             self.limits.insert(id, limit);
-            let next = self.tasks.get(&id).map_or(i64::MAX, Task::next_offset);
+            let next = self.tasks.get(id).map_or(i64::MAX, Task::next_offset);
             if self.held.contains(&id) && limit > next {
                 self.held.remove(&id);
                 resume.add_partition(e.topic(), e.partition());
@@ -443,7 +430,7 @@ impl Runner {
     fn reassign(&mut self) {
         self.held.clear();
         let mut tpl = TopicPartitionList::new();
-        for (id, task) in &self.tasks {
+        for (id, task) in self.tasks.iter() {
             let _ = tpl.add_partition_offset(self.topic_of(*id), id.partition, Offset::Offset(task.next_offset()));
         }
         if let Err(e) = self.consumer.assign(&tpl) {
@@ -463,7 +450,7 @@ impl Runner {
         }
         let before = self.tasks.len();
         for id in ids {
-            self.tasks.remove(id);
+            self.tasks.remove(*id);
             self.unclaim(*id);
             self.retry.remove(id);
         }
@@ -474,7 +461,7 @@ impl Runner {
 
     /// Drops every task and restores them from the store (after a failed commit).
     fn reset(&mut self) {
-        let ids: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        let ids: Vec<PartitionId> = self.tasks.ids().collect();
         self.tasks.clear();
         self.rows.clear();
         self.out.clear();
@@ -484,33 +471,30 @@ impl Runner {
 
     /// Moves tasks past transaction markers and aborted records (as the stream thread does).
     fn skip_control_records(&mut self) {
-        crate::stream::tasks::skip_control_records(&self.consumer, &mut self.tasks);
+        self.tasks.skip_control_records(&self.consumer);
     }
 
     /// One `WriteBatch` of every standby task's state, outbox rows and checkpoint (a
     /// partition the active tasks took meanwhile is dropped first, never written).
     fn commit(&mut self) -> anyhow::Result<()> {
-        let taken: Vec<PartitionId> = self.tasks.keys().copied().filter(|id| self.is_active(*id)).collect();
+        let taken: Vec<PartitionId> = self.tasks.ids().filter(|id| self.is_active(*id)).collect();
         for id in taken {
-            self.tasks.remove(&id);
+            self.tasks.remove(id);
             self.unclaim(id);
         }
         self.skip_control_records();
         let store = Arc::clone(&self.cfg.store);
         let mut batch = store.batch();
-        let mut horizons = Vec::new();
-        for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
-            task.finish(&store, &mut batch, &mut self.out, &mut self.rows, &self.stats)?;
-            horizons.push((*id, task.dedup_horizon()));
-        }
+        let finished = self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.stats)?;
+        // The active owner writes the outputs.
         self.out.clear();
         if batch.is_empty() {
             return Ok(());
         }
         store.commit_staged(batch.stage())?;
-        for (id, horizon) in horizons {
-            if let Some(h) = horizon {
-                store.set_dedup_horizon(id, h);
+        for f in finished {
+            if let Some(h) = f.dedup_horizon {
+                store.set_dedup_horizon(f.id, h);
             }
         }
         for (id, row) in self.rows.drain(..) {
@@ -526,7 +510,7 @@ impl Runner {
         let mut lag = 0i64;
         let mut warm = (fresh || self.tasks.is_empty()) && self.retry.is_empty();
         let slack = i64::try_from(self.cfg.topology.max_batch_records).unwrap_or(i64::MAX);
-        for (id, task) in &self.tasks {
+        for (id, task) in self.tasks.iter() {
             let behind = (self.limits.get(id).copied().unwrap_or(0) - task.next_offset()).max(0);
             lag += behind;
             warm &= behind <= slack;
@@ -545,8 +529,8 @@ impl Runner {
         }
         self.expired_at = Instant::now();
         let retention = self.cfg.topology.dedup_retention_ms;
-        for id in self.tasks.keys().filter(|id| id.source == SKU_REPARTITION) {
-            if let Err(e) = self.cfg.store.outbox_expire(*id, retention, 10_000) {
+        for id in self.tasks.ids().filter(|id| id.source == SKU_REPARTITION) {
+            if let Err(e) = self.cfg.store.outbox_expire(id, retention, 10_000) {
                 warn!(partition = %id, error = %e, "cannot expire standby outbox rows");
             }
         }

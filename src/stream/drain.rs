@@ -35,9 +35,9 @@ use rdkafka::consumer::Consumer;
 use tidemark_state::PartitionId;
 use tracing::{debug, info, warn};
 
-use super::tasks::{is_internal, SKU_REPARTITION};
 use super::{Consumer_, Runner};
 use crate::actions;
+use crate::tasks::{is_internal, SKU_REPARTITION};
 
 /// What was left when `--drain-timeout` ran out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +139,7 @@ impl Runner {
 
     /// Steps 2–5 of the module doc; step 1 holds.
     fn derived_work_done(&mut self, consumer: &Consumer_) -> anyhow::Result<bool> {
-        if self.tasks.values().any(|t| t.buffered() > 0) {
+        if self.tasks.tasks().any(|t| t.buffered() > 0) {
             return Ok(false);
         }
         let backlog = self.opts.rows.as_ref().map(|r| Arc::clone(r.backlog()));
@@ -165,7 +165,7 @@ impl Runner {
     fn positions(&self) -> (BTreeMap<PartitionId, i64>, BTreeMap<PartitionId, i64>) {
         let mut upstream = BTreeMap::new();
         let mut internal = BTreeMap::new();
-        for (id, t) in &self.tasks {
+        for (id, t) in self.tasks.iter() {
             if is_internal(id.source) {
                 internal.insert(*id, t.next_offset());
             } else {
@@ -201,8 +201,8 @@ impl Runner {
     /// `Pending` outbox rows of the owned SKU partitions.
     fn pending_actions(&self) -> anyhow::Result<usize> {
         let mut n = 0;
-        for id in self.tasks.keys().filter(|id| id.source == SKU_REPARTITION) {
-            n += actions::pending_in_outbox(&self.store, *id)?;
+        for id in self.tasks.ids().filter(|id| id.source == SKU_REPARTITION) {
+            n += actions::pending_in_outbox(&self.store, id)?;
         }
         Ok(n)
     }
@@ -218,7 +218,7 @@ impl Runner {
         DrainTimeout {
             timeout: self.drain.timeout,
             records,
-            buffered: self.tasks.values().map(|t| t.buffered()).sum(),
+            buffered: self.tasks.tasks().map(|t| t.buffered()).sum(),
             actions,
             shadow: self.opts.rows.as_ref().map_or(0, |r| r.backlog().shadow()),
         }

@@ -6,14 +6,11 @@
 //! and `inventory` (upstream tasks), the internal SKU repartition topic (SKU tasks) and the
 //! internal combine repartition topic (combine tasks, [`combine`]).
 
-mod combine;
 mod committer;
 mod drain;
 mod gap;
 mod partitions;
-pub mod tasks;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,23 +22,22 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tidemark_state::{PartitionId, Store, StoreOptions};
 use tidemark_topology::config::Topology;
-use tidemark_topology::logical::LogicalTime;
 use tracing::{info, warn};
 
-use crate::engine::derive::Derived;
 use crate::engine::outbox::OutboxRow;
-use crate::engine::{OutputRecord, SourceRecord, Stats};
+use crate::engine::{OutputRecord, Stats};
 use crate::failpoint;
 use crate::kafka::context::{AssignmentEvent, TaskContext};
 use crate::kafka::sink::{OutputSink, OutputsRefused};
 use crate::kafka::KafkaSettings;
-use crate::tasks::State;
+use crate::tasks::{
+    is_internal, Finished, Polled, State, Task, TaskFactory, TaskSet, COMBINE, INVENTORY, ORDERS, SKU_REPARTITION,
+};
 use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
 use committer::{Committer, Job, Shared};
 pub use drain::DrainTimeout;
 use partitions::check_partition_counts;
-use tasks::{is_internal, Task, TaskFactory, COMBINE, INVENTORY, ORDERS, SKU_REPARTITION};
 
 pub use crate::actions::RowSender;
 
@@ -111,19 +107,14 @@ const LOG_END_OBSERVED_BEFORE_REPORT_MS: i64 = 100;
 
 struct Runner {
     opts: StreamOptions,
-    sources: crate::tasks::Sources,
     store: Arc<Store>,
     sink: Arc<OutputSink>,
     committer: Committer,
-    /// Partitions of the batch in flight: (id, next offset, dedup horizon once durable).
-    in_flight: Vec<(PartitionId, i64, Option<i64>)>,
-    tasks: BTreeMap<PartitionId, Task>,
+    /// Partitions of the batch in flight: next offset, dedup horizon once durable.
+    in_flight: Vec<Finished>,
+    tasks: TaskSet,
     out: Vec<OutputRecord>,
     rows: Vec<(PartitionId, OutboxRow)>,
-    factory: TaskFactory,
-    sku_partitions: i32,
-    combine: combine::Forwarder,
-    last_marks: BTreeMap<PartitionId, LogicalTime>,
     latencies: Latencies,
     /// When the oldest record of the current batch was consumed.
     batch_started: Option<Instant>,
@@ -356,9 +347,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
     let sink = Arc::new(OutputSink::new(&opts.settings, t)?.reporting_to(Arc::clone(&opts.progress)));
-    let factory = TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]);
-    let sku_partitions = factory.sku_partitions;
-    let combine = combine::Forwarder::new(counts[3]);
+    let tasks = TaskSet::new(TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]), sources);
     let latencies = Latencies::default();
     let committer = Committer::start(Shared {
         store: Arc::clone(&store),
@@ -370,19 +359,14 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     })?;
     let drain = drain::Drain::new(opts.drain_timeout);
     let mut runner = Runner {
-        sources,
         opts,
         store,
         sink,
         committer,
         in_flight: Vec::new(),
-        tasks: BTreeMap::new(),
+        tasks,
         out: Vec::new(),
         rows: Vec::new(),
-        factory,
-        sku_partitions,
-        combine,
-        last_marks: BTreeMap::new(),
         latencies,
         batch_started: None,
         paused: false,
@@ -403,10 +387,6 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
 }
 
 impl Runner {
-    fn source_of(&self, topic: &str) -> Option<u16> {
-        self.sources.source_of(topic)
-    }
-
     fn run_loop(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
         let interval = Duration::from_millis(self.opts.topology.commit_interval_ms);
         let max_batch = self.opts.topology.max_batch_records;
@@ -443,21 +423,16 @@ impl Runner {
                     }
                     Some(Err(e)) => warn!(error = %e, "consumer error"),
                     Some(Ok(msg)) => {
-                        let Some(source) = self.source_of(msg.topic()) else { continue };
-                        let id = PartitionId { source, partition: msg.partition() };
-                        let Some(task) = self.tasks.get_mut(&id) else { continue };
-                        // A record without a timestamp (possible only on a CreateTime topic
-                        // accepted with --allow-create-time) takes the partition's latest
-                        // append time: from the data, never the clock or zero.
-                        let append_ms =
-                            msg.timestamp().to_millis().filter(|t| *t >= 0).unwrap_or(task.checkpoint().max_append_ms);
-                        let rec =
-                            SourceRecord { key: msg.key(), value: msg.payload(), append_ms, offset: msg.offset() };
-                        if task.ingest(rec, &mut self.out, &self.opts.stats) {
+                        let Some(id) = self.tasks.id_of(msg.topic(), msg.partition()) else { continue };
+                        let Some(ingested) = self.tasks.ingest(id, Polled::of(&msg), &mut self.out, &self.opts.stats)
+                        else {
+                            continue;
+                        };
+                        if ingested.counted {
                             taken += 1;
-                            if !is_internal(source) {
+                            if !is_internal(id.source) {
                                 let now_ms = base_wall_ms + i64::try_from((now - base).as_millis()).unwrap_or(0);
-                                let age_ms = now_ms - append_ms;
+                                let age_ms = now_ms - ingested.append_ms;
                                 self.latencies.append_to_consume.record(age_ms.max(0) as f64 / 1000.0);
                             }
                             self.batch_started.get_or_insert(now);
@@ -496,8 +471,8 @@ impl Runner {
             Ok(()) => {
                 self.paused = want;
                 let to = if want { State::Suspended } else { State::Running };
-                for id in self.tasks.keys() {
-                    self.opts.lifecycle.note(*id, to);
+                for id in self.tasks.ids() {
+                    self.opts.lifecycle.note(id, to);
                 }
                 info!(paused = want, "consumption {}", if want { "paused" } else { "resumed" });
             }
@@ -519,7 +494,7 @@ impl Runner {
     }
 
     fn restore(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<Task> {
-        let mut task = self.factory.restore(&self.store, id)?;
+        let mut task = self.tasks.restore(self.store.as_ref(), id)?;
         self.check_log_start(consumer, id, &mut task)?;
         Ok(task)
     }
@@ -563,7 +538,7 @@ impl Runner {
     /// for the SKU partitions (attempts under way store their outcome), the standby thread
     /// keeps the partitions from their last commit, the progress report shows them unowned.
     fn let_go(&mut self) {
-        let ids: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        let ids: Vec<PartitionId> = self.tasks.ids().collect();
         self.quiesce_actions(&ids);
         for id in &ids {
             self.opts.lifecycle.note(*id, State::Closed);
@@ -599,9 +574,7 @@ impl Runner {
                     handed?;
                     for id in ids.iter().copied() {
                         self.opts.lifecycle.note(id, State::Closed);
-                        self.tasks.remove(&id);
-                        self.last_marks.remove(&id);
-                        self.combine.revoked(id);
+                        self.tasks.remove(id);
                         self.opts.progress.revoked(id);
                         if id.source == SKU_REPARTITION {
                             if let Ok(mut o) = self.opts.sku_owned.lock() {
@@ -649,14 +622,14 @@ impl Runner {
                     self.paused = false;
                 }
             }
-            let orders = self.tasks.keys().filter(|id| id.source == ORDERS).count();
+            let orders = self.tasks.ids().filter(|id| id.source == ORDERS).count();
             self.opts.stats.assigned.store(orders as i64, Ordering::Relaxed);
         }
         Ok(())
     }
 
     fn topic_of(&self, id: PartitionId) -> &str {
-        self.sources.topic_of(id)
+        self.tasks.sources().topic_of(id)
     }
 
     /// SPEC §1.4: a partition whose checkpoint lies below its log start (retention deleted
@@ -692,10 +665,10 @@ impl Runner {
     /// After the consumer reported a fetch position outside a log: every task is checked
     /// against its log start and end (see [`Runner::check_log_start`]).
     fn check_gaps(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
-        let ids: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        let ids: Vec<PartitionId> = self.tasks.ids().collect();
         let mut tpl = TopicPartitionList::new();
         for id in ids {
-            let Some(mut task) = self.tasks.remove(&id) else { continue };
+            let Some(mut task) = self.tasks.take(id) else { continue };
             let result = self.check_log_start(consumer, id, &mut task);
             let next = task.next_offset();
             self.tasks.insert(id, task);
@@ -726,7 +699,7 @@ impl Runner {
     /// last record is a transaction marker never counts as caught up, and its idle promise
     /// never releases the SKU merge.
     fn skip_control_records(&mut self, consumer: &Consumer_) {
-        tasks::skip_control_records(consumer, &mut self.tasks);
+        self.tasks.skip_control_records(consumer);
     }
 
     /// Progress promises of the upstream tasks, to every SKU partition. A task with new
@@ -740,28 +713,14 @@ impl Runner {
     fn marks(&mut self, consumer: &Consumer_) {
         let (now, now_ms) = (Instant::now(), chrono::Utc::now().timestamp_millis());
         let skew = self.opts.topology.idle_skew_ms + LOG_END_OBSERVED_BEFORE_REPORT_MS;
-        for (id, task) in &self.tasks {
-            let idle_bound = self.caught_up_at(consumer, *id, task).map(|at| {
-                let report_ms = now_ms - i64::try_from((now - at).as_millis()).unwrap_or(i64::MAX / 2);
-                report_ms - skew
-            });
-            let Some(mark) = task.mark(idle_bound) else { continue };
-            let Derived::Mark { bound, .. } = &mark else { continue };
-            if self.last_marks.get(id).is_some_and(|last| *bound <= *last) {
-                continue;
-            }
-            self.last_marks.insert(*id, *bound);
-            let value = mark.encode();
-            for p in 0..self.sku_partitions {
-                self.out.push(OutputRecord {
-                    sink: crate::engine::Sink::Repartition,
-                    key: None,
-                    value: value.clone(),
-                    headers: Vec::new(),
-                    partition: Some(p),
-                });
-            }
-        }
+        let paused = self.paused;
+        let idle_bound = |id: PartitionId, task: &Task| {
+            let at =
+                if paused { None } else { consumer.context().caught_up_at(id, task.next_offset(), LOG_END_FRESH) }?;
+            let report_ms = now_ms - i64::try_from((now - at).as_millis()).unwrap_or(i64::MAX / 2);
+            Some(report_ms - skew)
+        };
+        self.tasks.marks(|_| true, idle_bound, &mut self.out);
     }
 
     /// Makes everything processed so far durable, in this order:
@@ -788,9 +747,7 @@ impl Runner {
         }
         self.held_at = Some(Instant::now());
         let mut held = crate::engine::held::Held::default();
-        for task in self.tasks.values() {
-            task.held(&mut held);
-        }
+        self.tasks.held(&mut held);
         for (kind, n) in held.counts() {
             metrics::gauge!("tidemark_task_entries", "kind" => kind).set(n as f64);
         }
@@ -802,17 +759,9 @@ impl Runner {
         self.skip_control_records(consumer);
         let store = Arc::clone(&self.store);
         let mut batch = store.batch();
-        let mut progressed = Vec::new();
-        let finished_from = self.out.len();
-        for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
-            task.finish(&store, &mut batch, &mut self.out, &mut self.rows, &self.opts.stats)?;
-            progressed.push((*id, task.next_offset(), task.dedup_horizon()));
-        }
-        self.combine.forward(&mut self.out, finished_from);
-        self.combine.marks(self.tasks.iter(), &mut self.out);
-        if self.sku_partitions > 0 {
-            self.marks(consumer);
-        }
+        let progressed =
+            self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.opts.stats)?;
+        self.marks(consumer);
         if batch.is_empty() && self.out.is_empty() {
             return Ok(());
         }
@@ -838,8 +787,8 @@ impl Runner {
             return Ok(());
         }
         let mut tpl = TopicPartitionList::new();
-        for (id, next, horizon) in progressed {
-            if let Some(h) = horizon {
+        for Finished { id, next_offset: next, dedup_horizon } in progressed {
+            if let Some(h) = dedup_horizon {
                 self.store.set_dedup_horizon(id, h);
             }
             self.opts.progress.committed(id, next);

@@ -1,12 +1,21 @@
-//! tidemark's task manager (issue 32, being built in steps): what one process's tasks are,
-//! which topics feed them, and the states they go through.
+//! tidemark's task manager: what one process's tasks are, which topics feed them, the
+//! states they go through, and the one set of tasks each thread drives.
 //!
 //! - [`sources`]: the topic ↔ `PartitionId::source` mapping, written once.
+//! - [`task`]: [`Task`], one per input partition, and [`TaskFactory`], which builds any of
+//!   them from the state store.
+//! - [`set`]: [`TaskSet`], the tasks of one thread — ingest, skip control records, finish
+//!   into one batch with the combine forward, progress marks — driven alike by the stream
+//!   thread, the standby thread and the topology test driver.
 //! - [`lifecycle`]: the states of a partition's task, the transitions allowed between them,
 //!   and one registry per process shared by the active and the standby tasks.
 
 pub mod lifecycle;
+pub mod set;
 pub mod sources;
+pub mod task;
 
 pub use lifecycle::{Lifecycle, State};
+pub use set::{Finished, Ingested, Polled, TaskSet};
 pub use sources::Sources;
+pub use task::{is_internal, Task, TaskFactory, COMBINE, INVENTORY, ORDERS, SKU_REPARTITION};

@@ -1,14 +1,15 @@
 //! A broker-free topology test driver, in the spirit of Kafka Streams' `TopologyTestDriver`.
 //!
-//! The driver runs the same engine tasks as `tidemark run` (orders, inventory and SKU
-//! tasks) against an in-memory store ([`MemStore`]) and in-memory topic logs:
+//! The driver runs the same tasks as `tidemark run` (orders, inventory, SKU and combine
+//! tasks), through the same [`TaskSet`] as the stream and standby threads, against an
+//! in-memory store ([`MemStore`]) and in-memory topic logs:
 //!
 //! - tests pipe raw `orders` and `inventory` records in, each stamped with the broker's
 //!   *LogAppendTime*, which the test controls ([`TopologyDriver::advance`]);
 //! - [`TopologyDriver::step`] is one turn of the stream loop: every task polls what its log
 //!   holds, stages its state into one commit, upstream tasks send their progress marks,
-//!   every output is "published" (repartition records are appended to the SKU partitions'
-//!   logs at the current broker time) and the commit is applied;
+//!   every output is "published" (repartition records are appended to the SKU and combine
+//!   partitions' logs at the current broker time) and the commit is applied;
 //! - tests then read what the topology produced: dashboard and finance records, dead
 //!   letters, late records, committed outbox rows and the actions handed to the dispatcher.
 //!
@@ -20,31 +21,30 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use tidemark_state::{codec, MemStore, PartitionId, StateError, StateStore, StateView};
+use tidemark_state::{codec, MemStore, PartitionId, StateError, StateStore};
 use tidemark_topology::config::Topology;
-use tidemark_topology::logical::LogicalTime;
 
-use crate::engine::derive::Derived;
-use crate::engine::inventory::InventoryTask;
 use crate::engine::outbox::OutboxRow;
-use crate::engine::sku_task::{SkuTask, SkuTaskConfig};
-use crate::engine::{OutputRecord, PartitionTask, Sink, SourceRecord, Stats, TaskConfig};
+use crate::engine::{OutputRecord, Sink, Stats};
+use crate::tasks::{Polled, Sources, Task, TaskFactory, TaskSet};
 
-/// Partition counts of the three logs the engine consumes.
+/// Partition counts of the four logs the engine consumes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Partitions {
     pub orders: i32,
     pub inventory: i32,
     /// The internal SKU repartition topic; 0 turns the inventory path off.
     pub sku: i32,
+    /// The internal combine repartition topic; 0 turns the combined outputs off.
+    pub combine: i32,
 }
 
 /// Everything the driver needs to build its tasks.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct DriverConfig {
-    pub task: TaskConfig,
-    pub sku: SkuTaskConfig,
-    pub inventory_topic: String,
+    /// The recipe `tidemark run` builds its tasks with.
+    pub factory: TaskFactory,
+    pub sources: Sources,
     pub partitions: Partitions,
     /// How far an idle upstream's promise stays behind the broker time (`idle_skew`).
     pub idle_skew_ms: i64,
@@ -53,19 +53,10 @@ pub struct DriverConfig {
 impl DriverConfig {
     /// The configuration `tidemark run` derives from a topology, for these partition counts.
     pub fn from_topology(t: &Topology, partitions: Partitions) -> DriverConfig {
-        let upstreams = (0..partitions.orders)
-            .map(|p| (PartitionId::ORDERS, p))
-            .chain((0..partitions.inventory).map(|p| (PartitionId::INVENTORY, p)))
-            .collect();
+        let p = partitions;
         DriverConfig {
-            task: TaskConfig::from_topology(t, partitions.sku),
-            sku: SkuTaskConfig {
-                topic: t.sku_repartition.topic.clone(),
-                upstreams,
-                rules: t.rules.clone(),
-                window: t.dashboard_window,
-            },
-            inventory_topic: t.inventory.topic.clone(),
+            factory: TaskFactory::new(t, [p.orders, p.inventory, p.sku, p.combine]),
+            sources: Sources::of(t),
             partitions,
             idle_skew_ms: t.idle_skew_ms,
         }
@@ -82,12 +73,6 @@ pub struct Produced {
     pub append_ms: i64,
     /// The offset in its partition's log (input and repartition logs only; 0 otherwise).
     pub offset: i64,
-}
-
-enum Task {
-    Orders(Box<PartitionTask>),
-    Inventory(InventoryTask),
-    Sku(Box<SkuTask>),
 }
 
 /// What one [`TopologyDriver::step`] did.
@@ -110,10 +95,9 @@ pub struct TopologyDriver {
     logs: BTreeMap<PartitionId, Vec<Produced>>,
     /// The next offset each task fetches.
     positions: BTreeMap<PartitionId, i64>,
-    tasks: BTreeMap<PartitionId, Task>,
+    tasks: TaskSet,
     /// Upstreams whose consumer is "stuck": they send no idle promise.
     stalled: BTreeSet<PartitionId>,
-    last_marks: BTreeMap<PartitionId, LogicalTime>,
     outputs: Vec<(Sink, Produced)>,
     actions: Vec<OutboxRow>,
 }
@@ -131,9 +115,11 @@ impl TopologyDriver {
             .map(PartitionId::orders)
             .chain((0..p.inventory).map(PartitionId::inventory))
             .chain((0..p.sku).map(PartitionId::sku))
+            .chain((0..p.combine).map(|partition| PartitionId { source: PartitionId::COMBINE, partition }))
         {
             logs.insert(id, Vec::new());
         }
+        let tasks = TaskSet::new(cfg.factory.clone(), cfg.sources.clone());
         let mut driver = TopologyDriver {
             cfg,
             store: MemStore::new(),
@@ -141,9 +127,8 @@ impl TopologyDriver {
             broker_ms: start_ms,
             logs,
             positions: BTreeMap::new(),
-            tasks: BTreeMap::new(),
+            tasks,
             stalled: BTreeSet::new(),
-            last_marks: BTreeMap::new(),
             outputs: Vec::new(),
             actions: Vec::new(),
         };
@@ -155,24 +140,10 @@ impl TopologyDriver {
     fn restore_tasks(&mut self) -> Result<(), StateError> {
         self.tasks.clear();
         self.positions.clear();
-        self.last_marks.clear();
         let ids: Vec<PartitionId> = self.logs.keys().copied().collect();
         for id in ids {
-            let task = match id.source {
-                PartitionId::ORDERS => {
-                    Task::Orders(Box::new(PartitionTask::restore(&self.store, id, self.cfg.task.clone())?))
-                }
-                PartitionId::INVENTORY => Task::Inventory(InventoryTask::restore(
-                    &self.store,
-                    id,
-                    self.cfg.inventory_topic.clone(),
-                    self.cfg.partitions.sku,
-                    self.cfg.task.limits,
-                )?),
-                _ => Task::Sku(Box::new(SkuTask::restore(&self.store, id, self.cfg.sku.clone())?)),
-            };
-            let next = self.store.checkpoint(id)?.map_or(0, |c| c.next_offset);
-            self.positions.insert(id, next);
+            let task = self.tasks.restore(&self.store, id)?;
+            self.positions.insert(id, task.next_offset());
             self.tasks.insert(id, task);
         }
         Ok(())
@@ -232,7 +203,7 @@ impl TopologyDriver {
 
     /// One turn of the stream loop over every partition: poll, finish, marks, publish, commit.
     pub fn step(&mut self) -> Result<StepCounts, StateError> {
-        let all: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        let all: Vec<PartitionId> = self.tasks.ids().collect();
         self.step_partitions(&all, usize::MAX, true)
     }
 
@@ -246,8 +217,16 @@ impl TopologyDriver {
     /// between the flush and the write (the at-least-once window). Tasks restart from the
     /// previous commit.
     pub fn step_then_crash(&mut self) -> Result<StepCounts, StateError> {
-        let all: Vec<PartitionId> = self.tasks.keys().copied().collect();
+        let all: Vec<PartitionId> = self.tasks.ids().collect();
         let counts = self.step_partitions(&all, usize::MAX, false)?;
+        self.crash()?;
+        Ok(counts)
+    }
+
+    /// [`TopologyDriver::step_then_crash`] for `ids` only: their outputs reach the logs, their
+    /// commit is lost; every other task keeps what it committed.
+    pub fn step_only_then_crash(&mut self, ids: &[PartitionId], max_records: usize) -> Result<StepCounts, StateError> {
+        let counts = self.step_partitions(ids, max_records, false)?;
         self.crash()?;
         Ok(counts)
     }
@@ -282,66 +261,33 @@ impl TopologyDriver {
         let polled: BTreeSet<PartitionId> = ids.iter().copied().collect();
         // 1. Poll: every record from the task's position to its log end (or the limit).
         for id in &polled {
-            let (Some(task), Some(log), Some(pos)) =
-                (self.tasks.get_mut(id), self.logs.get(id), self.positions.get_mut(id))
-            else {
-                continue;
-            };
+            let (Some(log), Some(pos)) = (self.logs.get(id), self.positions.get_mut(id)) else { continue };
             let from = usize::try_from(*pos).unwrap_or(0);
             for r in log.iter().skip(from).take(max_records) {
-                let rec = SourceRecord {
+                let rec = Polled {
                     key: r.key.as_deref(),
                     value: Some(&r.value),
-                    append_ms: r.append_ms,
+                    timestamp_ms: Some(r.append_ms),
                     offset: r.offset,
                 };
-                let ingested = match task {
-                    Task::Orders(t) => t.ingest(rec, &mut out, &self.stats),
-                    Task::Inventory(t) => t.ingest(rec, &mut out, &self.stats),
-                    Task::Sku(t) => t.ingest(rec, &mut out, &self.stats),
-                };
-                counts.ingested += usize::from(ingested);
+                let Some(ingested) = self.tasks.ingest(*id, rec, &mut out, &self.stats) else { break };
+                counts.ingested += usize::from(ingested.counted);
                 *pos = r.offset + 1;
             }
         }
-        // 2. Finish: every task with new records stages into one batch.
+        // 2. Finish: every task with new records stages into one batch; partials go on to
+        //    the combine topic.
         let mut batch = self.store.batch();
         let mut rows = Vec::new();
-        for task in self.tasks.values_mut() {
-            match task {
-                Task::Orders(t) if t.has_uncommitted() => t.finish(&self.store, &mut batch, &mut out, &self.stats)?,
-                Task::Inventory(t) if t.has_uncommitted() => t.finish(&mut batch)?,
-                Task::Sku(t) if t.has_uncommitted() => t.finish(&self.store, &mut batch, &mut rows, &self.stats)?,
-                _ => {}
-            }
-        }
+        self.tasks.finish(&self.store, &mut batch, &mut out, &mut rows, &self.stats)?;
         // 3. Marks of the upstreams that polled; a caught-up one promises broker time − skew.
-        if self.cfg.partitions.sku > 0 {
-            for id in &polled {
-                let caught_up = self.positions.get(id).copied() == self.logs.get(id).map(|l| l.len() as i64);
-                let idle = (caught_up && !self.stalled.contains(id)).then(|| self.broker_ms - self.cfg.idle_skew_ms);
-                let mark = match self.tasks.get(id) {
-                    Some(Task::Orders(t)) => t.mark(idle),
-                    Some(Task::Inventory(t)) => t.mark(idle),
-                    _ => continue,
-                };
-                let Derived::Mark { bound, .. } = &mark else { continue };
-                if self.last_marks.get(id).is_some_and(|last| bound <= last) {
-                    continue;
-                }
-                self.last_marks.insert(*id, *bound);
-                let value = mark.encode();
-                for p in 0..self.cfg.partitions.sku {
-                    out.push(OutputRecord {
-                        sink: Sink::Repartition,
-                        key: None,
-                        value: value.clone(),
-                        headers: Vec::new(),
-                        partition: Some(p),
-                    });
-                }
-            }
-        }
+        let (positions, logs, stalled) = (&self.positions, &self.logs, &self.stalled);
+        let idle_at = self.broker_ms - self.cfg.idle_skew_ms;
+        let idle_bound = |id: PartitionId, _: &Task| {
+            let caught_up = positions.get(&id).copied() == logs.get(&id).map(|l| l.len() as i64);
+            (caught_up && !stalled.contains(&id)).then_some(idle_at)
+        };
+        self.tasks.marks(|id| polled.contains(&id), idle_bound, &mut out);
         // 4. Publish, at the current broker time.
         counts.published = out.len();
         for r in out {
@@ -358,8 +304,13 @@ impl TopologyDriver {
 
     fn publish(&mut self, r: OutputRecord) {
         let append_ms = self.broker_ms;
-        if let (Sink::Repartition, Some(p)) = (r.sink, r.partition) {
-            let log = self.logs.entry(PartitionId::sku(p)).or_default();
+        let internal = match (r.sink, r.partition) {
+            (Sink::Repartition, Some(p)) => Some(PartitionId::sku(p)),
+            (Sink::Combine, Some(p)) => Some(PartitionId { source: PartitionId::COMBINE, partition: p }),
+            _ => None,
+        };
+        if let Some(id) = internal {
+            let log = self.logs.entry(id).or_default();
             let offset = i64::try_from(log.len()).unwrap_or(i64::MAX);
             log.push(Produced { key: r.key, value: r.value, headers: r.headers, append_ms, offset });
             return;
@@ -385,6 +336,17 @@ impl TopologyDriver {
         self.records(Sink::Finance)
     }
 
+    /// Combined dashboard rows (one per window, store and currency over every orders
+    /// partition), as the combine tasks publish them.
+    pub fn dashboard_combined(&self) -> Vec<&Produced> {
+        self.records(Sink::DashboardCombined)
+    }
+
+    /// Combined provisional finance rows.
+    pub fn finance_combined(&self) -> Vec<&Produced> {
+        self.records(Sink::FinanceCombined)
+    }
+
     pub fn dead_letters(&self) -> Vec<&Produced> {
         self.records(Sink::DeadLetter)
     }
@@ -398,7 +360,7 @@ impl TopologyDriver {
         self.records(sink).into_iter().filter_map(|r| Some((r.key.clone()?, r.value.clone()))).collect()
     }
 
-    /// An input or repartition log.
+    /// An input or repartition log (SKU or combine).
     pub fn log(&self, id: PartitionId) -> &[Produced] {
         self.logs.get(&id).map_or(&[], Vec::as_slice)
     }
@@ -415,15 +377,12 @@ impl TopologyDriver {
 
     /// Records a SKU task holds in its merge buffer.
     pub fn buffered(&self, partition: i32) -> usize {
-        match self.tasks.get(&PartitionId::sku(partition)) {
-            Some(Task::Sku(t)) => t.buffered(),
-            _ => 0,
-        }
+        self.tasks.get(PartitionId::sku(partition)).map_or(0, Task::buffered)
     }
 
     /// Every partition the driver runs a task for, in order.
     pub fn partitions(&self) -> Vec<PartitionId> {
-        self.tasks.keys().copied().collect()
+        self.tasks.ids().collect()
     }
 
     pub fn stats(&self) -> &Stats {

@@ -52,8 +52,13 @@ pub fn replay(
     cadence: Cadence,
 ) -> anyhow::Result<Actions> {
     let count = |src: &dyn Source| src.ranges().iter().map(|r| r.0 + 1).max().unwrap_or(0);
-    let partitions =
-        Partitions { orders: count(orders), inventory: count(inventory), sku: topology.sku_repartition.partitions };
+    let partitions = Partitions {
+        orders: count(orders),
+        inventory: count(inventory),
+        sku: topology.sku_repartition.partitions,
+        // Actions only: no combined rows.
+        combine: 0,
+    };
     let mut driver = TopologyDriver::for_topology(topology, partitions, 0)?;
     let mut last_append = i64::MIN;
     let mut piped = 0usize;

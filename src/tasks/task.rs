@@ -1,6 +1,7 @@
-//! The tasks one process may own, one per assigned source partition.
+//! The task of one input partition ([`Task`], one kind per input topic) and the recipe
+//! that builds any of them from the state store ([`TaskFactory`]).
 
-use tidemark_state::{Checkpoint, CommitBatch, PartitionId, StateError, Store};
+use tidemark_state::{Checkpoint, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::config::Topology;
 
 use crate::engine::combine::{CombineTask, CombineTaskConfig};
@@ -15,25 +16,6 @@ pub const ORDERS: u16 = PartitionId::ORDERS;
 pub const INVENTORY: u16 = PartitionId::INVENTORY;
 pub const SKU_REPARTITION: u16 = PartitionId::SKU_REPARTITION;
 pub const COMBINE: u16 = PartitionId::COMBINE;
-
-/// Moves each task past offsets the consumer stepped over without handing a record to the
-/// application (transaction markers, aborted records): everything below the consumer's
-/// position was returned by `poll` and ingested. Shared by the stream thread and the standby
-/// thread.
-pub fn skip_control_records(
-    consumer: &rdkafka::consumer::BaseConsumer<crate::kafka::context::TaskContext>,
-    tasks: &mut std::collections::BTreeMap<PartitionId, Task>,
-) {
-    use rdkafka::consumer::Consumer as _;
-    let Ok(positions) = consumer.position() else { return };
-    for e in positions.elements() {
-        let rdkafka::Offset::Offset(position) = e.offset() else { continue };
-        let Some(source) = consumer.context().source_of(e.topic()) else { continue };
-        if let Some(task) = tasks.get_mut(&PartitionId { source, partition: e.partition() }) {
-            task.skip_to(position);
-        }
-    }
-}
 
 /// Internal topics: written by upstream tasks of this topology, consumed by downstream ones.
 pub fn is_internal(source: u16) -> bool {
@@ -91,7 +73,7 @@ impl TaskFactory {
     }
 
     /// The task of `id`, resumed from its checkpoint and state in `store`.
-    pub fn restore(&self, store: &Store, id: PartitionId) -> Result<Task, StateError> {
+    pub fn restore<S: StateView + ?Sized>(&self, store: &S, id: PartitionId) -> Result<Task, StateError> {
         Ok(match id.source {
             ORDERS => Task::Orders(Box::new(PartitionTask::restore(store, id, self.task_cfg.clone())?)),
             INVENTORY => Task::Inventory(InventoryTask::restore(
@@ -170,10 +152,10 @@ impl Task {
         }
     }
 
-    pub fn finish(
+    pub fn finish<S: StateView + ?Sized, W: StateWrite>(
         &mut self,
-        store: &Store,
-        batch: &mut CommitBatch<'_>,
+        store: &S,
+        batch: &mut W,
         out: &mut Vec<OutputRecord>,
         rows: &mut Vec<(PartitionId, OutboxRow)>,
         stats: &Stats,

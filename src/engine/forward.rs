@@ -1,4 +1,5 @@
-//! Feeding the combine repartition topic (SPEC §6): the second repartition, by aggregate key.
+//! Feeding the combine repartition topic (SPEC §6): the second repartition, by aggregate key
+//! (the first, by SKU, is in [`crate::engine::derive`]).
 //!
 //! At every commit, after the tasks finished, each dashboard and provisional partial the
 //! orders tasks emitted is copied to the combine topic, keyed by its combined key (the
@@ -13,14 +14,13 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_state::PartitionId;
+use tidemark_state::{Checkpoint, PartitionId};
 use tidemark_topology::combine::{combined_key, CombineInput};
 
-use super::tasks::{Task, ORDERS};
 use crate::engine::derive::sku_partition;
 use crate::engine::{OutputRecord, Sink};
 
-pub(super) struct Forwarder {
+pub struct Forwarder {
     /// Partitions of the combine topic.
     partitions: i32,
     /// The last maximum event time marked per orders partition.
@@ -28,12 +28,16 @@ pub(super) struct Forwarder {
 }
 
 impl Forwarder {
-    pub(super) fn new(partitions: i32) -> Self {
+    pub fn new(partitions: i32) -> Self {
         Forwarder { partitions, marked: BTreeMap::new() }
     }
 
     /// Copies the partials in `out[from..]` to the combine topic, by combined key.
-    pub(super) fn forward(&self, out: &mut Vec<OutputRecord>, from: usize) {
+    /// Nothing without a combine topic (a test driver may run without one).
+    pub fn forward(&self, out: &mut Vec<OutputRecord>, from: usize) {
+        if self.partitions == 0 {
+            return;
+        }
         let end = out.len();
         for i in from..end {
             let kind = match out[i].sink {
@@ -58,13 +62,13 @@ impl Forwarder {
     /// Marks of the orders tasks whose maximum event time moved since their last mark, to
     /// every combine partition. A replay after a restart marks lower values again; combine
     /// tasks keep the highest.
-    pub(super) fn marks<'a>(
+    pub fn marks<'a>(
         &mut self,
-        tasks: impl Iterator<Item = (&'a PartitionId, &'a Task)>,
+        checkpoints: impl Iterator<Item = (&'a PartitionId, &'a Checkpoint)>,
         out: &mut Vec<OutputRecord>,
     ) {
-        for (id, task) in tasks.filter(|(id, _)| id.source == ORDERS) {
-            let Some(max_event_ms) = task.checkpoint().max_event_ms else { continue };
+        for (id, checkpoint) in checkpoints.filter(|(id, _)| id.source == PartitionId::ORDERS) {
+            let Some(max_event_ms) = checkpoint.max_event_ms else { continue };
             if self.marked.get(&id.partition).is_some_and(|m| *m >= max_event_ms) {
                 continue;
             }
@@ -83,8 +87,8 @@ impl Forwarder {
     }
 
     /// A revoked orders partition: its next owner marks again from its own checkpoint.
-    pub(super) fn revoked(&mut self, id: PartitionId) {
-        if id.source == ORDERS {
+    pub fn revoked(&mut self, id: PartitionId) {
+        if id.source == PartitionId::ORDERS {
             self.marked.remove(&id.partition);
         }
     }

@@ -1,0 +1,256 @@
+//! [`TaskSet`]: the tasks one thread drives, and everything done to them between a poll and a
+//! commit. The stream thread (active tasks), the standby thread (standby tasks) and the
+//! topology test driver each hold one and differ only in where records come from and where
+//! outputs go:
+//!
+//! - [`TaskSet::ingest`] hands a record to its partition's task (the topic mapped to its
+//!   source once, in [`Sources`]; a record without a timestamp takes the partition's latest
+//!   append time, from the data, never the clock);
+//! - [`TaskSet::skip_control_records`] moves tasks past offsets the consumer stepped over
+//!   without handing a record over (transaction markers, aborted records);
+//! - [`TaskSet::finish`] stages every task with new records into one batch, copies the
+//!   orders tasks' partials to the combine topic ([`Forwarder`]) and emits the combine marks;
+//! - [`TaskSet::marks`] emits the upstream tasks' progress promises to every SKU partition.
+//!
+//! A task is owned by the set that holds it: a thread's set is a unit, `Send`, so worker
+//! threads can each drive one.
+
+use std::collections::BTreeMap;
+
+use tidemark_state::{PartitionId, StateError, StateView, StateWrite};
+use tidemark_topology::logical::LogicalTime;
+
+use super::task::{Task, TaskFactory};
+use super::Sources;
+use crate::engine::derive::Derived;
+use crate::engine::forward::Forwarder;
+use crate::engine::outbox::OutboxRow;
+use crate::engine::{OutputRecord, Sink, SourceRecord, Stats};
+
+/// What a commit made durable for one partition: its next offset, and the dedup horizon to
+/// apply once the batch is written (orders tasks only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finished {
+    pub id: PartitionId,
+    pub next_offset: i64,
+    pub dedup_horizon: Option<i64>,
+}
+
+/// A record as the consumer returned it (or a driver log holds it).
+#[derive(Clone, Copy, Debug)]
+pub struct Polled<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// The broker's timestamp; absent or negative: none.
+    pub timestamp_ms: Option<i64>,
+    pub offset: i64,
+}
+
+impl<'a> Polled<'a> {
+    pub fn of(msg: &'a impl rdkafka::Message) -> Self {
+        Polled { key: msg.key(), value: msg.payload(), timestamp_ms: msg.timestamp().to_millis(), offset: msg.offset() }
+    }
+}
+
+/// What [`TaskSet::ingest`] did with a record.
+#[derive(Clone, Copy, Debug)]
+pub struct Ingested {
+    pub id: PartitionId,
+    /// The append time the task saw (the record's, or the partition's latest without one).
+    pub append_ms: i64,
+    /// False for a record below the task's checkpoint (a re-delivery after a seek).
+    pub counted: bool,
+}
+
+pub struct TaskSet {
+    factory: TaskFactory,
+    sources: Sources,
+    tasks: BTreeMap<PartitionId, Task>,
+    combine: Forwarder,
+    /// The last progress promise sent per upstream partition.
+    last_marks: BTreeMap<PartitionId, LogicalTime>,
+}
+
+impl TaskSet {
+    pub fn new(factory: TaskFactory, sources: Sources) -> Self {
+        let combine = Forwarder::new(factory.counts[usize::from(PartitionId::COMBINE)]);
+        TaskSet { factory, sources, tasks: BTreeMap::new(), combine, last_marks: BTreeMap::new() }
+    }
+
+    pub fn factory(&self) -> &TaskFactory {
+        &self.factory
+    }
+
+    pub fn sources(&self) -> &Sources {
+        &self.sources
+    }
+
+    /// The task of `id` built from its checkpoint and state in `store` (not yet held).
+    pub fn restore<S: StateView + ?Sized>(&self, store: &S, id: PartitionId) -> Result<Task, StateError> {
+        self.factory.restore(store, id)
+    }
+
+    pub fn insert(&mut self, id: PartitionId, task: Task) {
+        self.tasks.insert(id, task);
+    }
+
+    /// Lets a task go: its marks start again from its next owner's checkpoint.
+    pub fn remove(&mut self, id: PartitionId) -> Option<Task> {
+        self.last_marks.remove(&id);
+        self.combine.revoked(id);
+        self.tasks.remove(&id)
+    }
+
+    /// Takes a task out for a moment (to check it against its log); its marks stay. Put it
+    /// back with [`TaskSet::insert`].
+    pub fn take(&mut self, id: PartitionId) -> Option<Task> {
+        self.tasks.remove(&id)
+    }
+
+    pub fn clear(&mut self) {
+        let ids: Vec<PartitionId> = self.ids().collect();
+        for id in ids {
+            self.remove(id);
+        }
+    }
+
+    pub fn get(&self, id: PartitionId) -> Option<&Task> {
+        self.tasks.get(&id)
+    }
+
+    pub fn get_mut(&mut self, id: PartitionId) -> Option<&mut Task> {
+        self.tasks.get_mut(&id)
+    }
+
+    pub fn contains(&self, id: PartitionId) -> bool {
+        self.tasks.contains_key(&id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = PartitionId> + '_ {
+        self.tasks.keys().copied()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&PartitionId, &Task)> {
+        self.tasks.iter()
+    }
+
+    pub fn tasks(&self) -> impl Iterator<Item = &Task> {
+        self.tasks.values()
+    }
+
+    /// The partition a record of `topic` belongs to, if the topic is an input of this set.
+    pub fn id_of(&self, topic: &str, partition: i32) -> Option<PartitionId> {
+        self.sources.id(topic, partition)
+    }
+
+    /// Hands a record of `id` to its task; `None` when no task of the set holds `id`. A
+    /// record without a timestamp (possible only on a CreateTime topic accepted with
+    /// --allow-create-time) takes the partition's latest append time: from the data, never
+    /// the clock or zero.
+    pub fn ingest(
+        &mut self,
+        id: PartitionId,
+        rec: Polled<'_>,
+        out: &mut Vec<OutputRecord>,
+        stats: &Stats,
+    ) -> Option<Ingested> {
+        let task = self.tasks.get_mut(&id)?;
+        let append_ms = rec.timestamp_ms.filter(|t| *t >= 0).unwrap_or(task.checkpoint().max_append_ms);
+        let counted =
+            task.ingest(SourceRecord { key: rec.key, value: rec.value, append_ms, offset: rec.offset }, out, stats);
+        Some(Ingested { id, append_ms, counted })
+    }
+
+    /// Moves each task past offsets the consumer stepped over without handing a record to the
+    /// application (transaction markers, aborted records): everything below the consumer's
+    /// position was returned by `poll` and ingested. Without it, a partition whose last record
+    /// is a transaction marker never counts as caught up, and its idle promise never releases
+    /// the SKU merge.
+    pub fn skip_control_records<C: rdkafka::consumer::ConsumerContext>(
+        &mut self,
+        consumer: &rdkafka::consumer::BaseConsumer<C>,
+    ) {
+        use rdkafka::consumer::Consumer as _;
+        let Ok(positions) = consumer.position() else { return };
+        for e in positions.elements() {
+            let rdkafka::Offset::Offset(position) = e.offset() else { continue };
+            let Some(id) = self.sources.id(e.topic(), e.partition()) else { continue };
+            if let Some(task) = self.tasks.get_mut(&id) {
+                task.skip_to(position);
+            }
+        }
+    }
+
+    /// Stages every task with new records into `batch` (state, outbox rows, checkpoint) and
+    /// emits their outputs into `out` and their new outbox rows into `rows`; then the partials
+    /// the orders tasks emitted are copied to the combine topic by aggregate key, and the
+    /// orders tasks whose maximum event time moved mark every combine partition. Returns what
+    /// the batch holds per partition.
+    pub fn finish<S: StateView + ?Sized, W: StateWrite>(
+        &mut self,
+        store: &S,
+        batch: &mut W,
+        out: &mut Vec<OutputRecord>,
+        rows: &mut Vec<(PartitionId, OutboxRow)>,
+        stats: &Stats,
+    ) -> Result<Vec<Finished>, StateError> {
+        let from = out.len();
+        let mut finished = Vec::new();
+        for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
+            task.finish(store, batch, out, rows, stats)?;
+            finished.push(Finished { id: *id, next_offset: task.next_offset(), dedup_horizon: task.dedup_horizon() });
+        }
+        self.combine.forward(out, from);
+        self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), out);
+        Ok(finished)
+    }
+
+    /// Progress promises of the upstream tasks `include` selects, to every SKU partition. A
+    /// task with new records promises its effective append time; one that `idle_bound` says is
+    /// caught up promises that bound (when the broker was last seen with nothing more for it,
+    /// less its clock skew). Each is sent only when it moved.
+    pub fn marks(
+        &mut self,
+        include: impl Fn(PartitionId) -> bool,
+        idle_bound: impl Fn(PartitionId, &Task) -> Option<i64>,
+        out: &mut Vec<OutputRecord>,
+    ) {
+        let sku_partitions = self.factory.sku_partitions;
+        if sku_partitions == 0 {
+            return;
+        }
+        for (id, task) in self.tasks.iter().filter(|(id, _)| include(**id)) {
+            let Some(mark) = task.mark(idle_bound(*id, task)) else { continue };
+            let Derived::Mark { bound, .. } = &mark else { continue };
+            if self.last_marks.get(id).is_some_and(|last| *bound <= *last) {
+                continue;
+            }
+            self.last_marks.insert(*id, *bound);
+            let value = mark.encode();
+            for p in 0..sku_partitions {
+                out.push(OutputRecord {
+                    sink: Sink::Repartition,
+                    key: None,
+                    value: value.clone(),
+                    headers: Vec::new(),
+                    partition: Some(p),
+                });
+            }
+        }
+    }
+
+    /// Adds what the tasks hold in memory to `held`.
+    pub fn held(&self, held: &mut crate::engine::held::Held) {
+        for task in self.tasks.values() {
+            task.held(held);
+        }
+    }
+}
