@@ -158,3 +158,56 @@ fn validate_reports_three_type_errors_in_one_run_each_with_its_key_path_and_line
     }
     assert!(stdout.contains("3 error(s)"), "{stdout}");
 }
+
+#[test]
+fn an_unreachable_broker_is_named_within_ten_seconds() {
+    use std::io::BufRead;
+    let address = format!("127.0.0.1:{}", free_port());
+    let example = repo_path("topology/examples/orders.toml");
+    let mut child = std::process::Command::new(BIN)
+        .args(["topics", "--bootstrap", &address, "--topology"])
+        .arg(&example)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tidemark topics");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let mut seen = Vec::new();
+    let named = loop {
+        let left = Duration::from_secs(10).saturating_sub(started.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(&address) => break Some(line),
+            Ok(line) => seen.push(line),
+            Err(_) => break None,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = named.unwrap_or_else(|| panic!("no line naming {address} within 10 s; saw {seen:#?}"));
+    assert!(line.contains("no answer from the Kafka broker"), "{line}");
+}
+
+#[test]
+fn a_missing_input_topic_is_named_at_once_without_a_summary_before_the_error() {
+    let orders = unique("never-created");
+    let t = topology(&orders, &unique("run-missing"));
+    let state = tempfile::tempdir().expect("tmp");
+    let started = std::time::Instant::now();
+    let out = run_command(&t, state.path(), &unique("g")).args(["--admin-addr", "off"]).output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a run without its input topics must fail:\n{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}:\n{stderr}", started.elapsed());
+    let error = stderr.lines().last().unwrap_or_default();
+    let named = format!("input topics {orders}, {orders}.inventory do not exist");
+    assert!(error.contains(&named), "no `{named}` in the last line:\n{stderr}");
+    assert!(error.contains(&bootstrap()) && error.contains("tidemark topics"), "{stderr}");
+    assert!(!stderr.contains("processed 0 records"), "no summary of a run that never started:\n{stderr}");
+}

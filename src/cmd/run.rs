@@ -240,6 +240,9 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         let _ = p.join();
     }
     let _ = disk.join();
-    eprintln!("tidemark: {}", status::summary(&stats, started.elapsed()));
+    // A summary of nothing before an error (a stream that never started) only hides the error.
+    if result.is_ok() || Stats::get(&stats.records) > 0 {
+        eprintln!("tidemark: {}", status::summary(&stats, started.elapsed()));
+    }
     result
 }

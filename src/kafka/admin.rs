@@ -9,6 +9,43 @@ use tidemark_topology::config::{TopicSpec, Topology};
 
 use super::KafkaSettings;
 
+/// After this long without an answer from the broker, the address tidemark is trying is
+/// logged (the operation goes on): a wrong `--bootstrap` or a broker that is down shows
+/// within seconds, not when a 30 s timeout ends.
+const SILENT_FOR: Duration = Duration::from_secs(5);
+
+fn no_answer_yet(settings: &KafkaSettings, what: &str) {
+    tracing::warn!(
+        bootstrap = %settings.bootstrap,
+        "{what}: no answer from the Kafka broker at {} after {} s; still trying (check --bootstrap / \
+         TIDEMARK_BOOTSTRAP and that the broker is up)",
+        settings.bootstrap,
+        SILENT_FOR.as_secs()
+    );
+}
+
+fn naming_the_broker(settings: &KafkaSettings, what: &str, e: impl Into<anyhow::Error>) -> anyhow::Error {
+    e.into().context(format!("{what} (Kafka broker at {})", settings.bootstrap))
+}
+
+/// Awaits one admin request; the broker's address is logged when it has not answered within
+/// [`SILENT_FOR`], and named in the error.
+async fn answered<T, E: Into<anyhow::Error>>(
+    settings: &KafkaSettings,
+    what: &str,
+    op: impl std::future::Future<Output = Result<T, E>>,
+) -> anyhow::Result<T> {
+    tokio::pin!(op);
+    let result = match tokio::time::timeout(SILENT_FOR, &mut op).await {
+        Ok(r) => r,
+        Err(_) => {
+            no_answer_yet(settings, what);
+            op.await
+        }
+    };
+    result.map_err(|e| naming_the_broker(settings, what, e))
+}
+
 /// How long the internal repartition topics (SKU, combine) keep records: a task further behind
 /// than this finds its next records deleted and stops with the lost range (SPEC §1.4),
 /// never skipping them silently. A day covers any outage the 10 s action budget cares
@@ -91,7 +128,16 @@ pub fn topic_exists(settings: &KafkaSettings, topic: &str) -> anyhow::Result<boo
 fn listed_topics(settings: &KafkaSettings) -> anyhow::Result<std::collections::HashSet<String>> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = settings.client_config().create()?;
-    let md = consumer.fetch_metadata(None, Duration::from_secs(30))?;
+    let what = "reading topic metadata";
+    let md = match consumer.fetch_metadata(None, SILENT_FOR) {
+        Ok(md) => md,
+        Err(_) => {
+            no_answer_yet(settings, what);
+            consumer
+                .fetch_metadata(None, Duration::from_secs(30) - SILENT_FOR)
+                .map_err(|e| naming_the_broker(settings, what, e))?
+        }
+    };
     Ok(md
         .topics()
         .iter()
@@ -115,9 +161,12 @@ async fn create(
             cfg.iter().fold(topic, |nt, (k, v)| nt.set(k, v))
         })
         .collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    // Without a request timeout an unreachable broker answers only after socket.timeout.ms (60 s).
+    let opts = AdminOptions::new()
+        .operation_timeout(Some(Duration::from_secs(30)))
+        .request_timeout(Some(Duration::from_secs(30)));
     let mut created = Vec::new();
-    for result in admin.create_topics(&new_topics, &opts).await? {
+    for result in answered(settings, "creating topics", admin.create_topics(&new_topics, &opts)).await? {
         match result {
             Ok(name) => created.push(name),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
@@ -159,14 +208,45 @@ async fn await_listed(settings: &KafkaSettings, names: &[String]) -> anyhow::Res
     Ok(())
 }
 
-/// SPEC §1.4: logical time is the broker's append time, so the input topics must stamp
-/// `LogAppendTime`. Refuses (naming each topic and the fix) unless `allow_create_time`.
+/// How long an input topic the broker does not list is looked for again before it is called
+/// missing: a broker may serve metadata a moment behind the controller that created it.
+const MISSING_AFTER: Duration = Duration::from_secs(5);
+
+/// Fails, naming each missing topic, the broker and the fix, when the broker does not list
+/// every one of `topics`: before anything starts, not after the stream has waited for them.
+async fn require_listed(settings: &KafkaSettings, topics: &[&str]) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let s = settings.clone();
+        let listed = tokio::task::spawn_blocking(move || listed_topics(&s)).await??;
+        let missing: Vec<&str> = topics.iter().copied().filter(|t| !listed.contains(*t)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() >= MISSING_AFTER {
+            let (noun, verb) = if missing.len() == 1 { ("topic", "does") } else { ("topics", "do") };
+            anyhow::bail!(
+                "input {noun} {} {verb} not exist on the Kafka broker at {}: create {} (`tidemark topics`) \
+                 or pass --create-topics",
+                missing.join(", "),
+                settings.bootstrap,
+                if missing.len() == 1 { "it" } else { "them" }
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The input topics must exist ([`require_listed`]) and, as logical time is the broker's
+/// append time (SPEC §1.4), stamp `LogAppendTime`. Refuses (naming each topic and the fix)
+/// unless `allow_create_time`.
 pub async fn check_log_append_time(
     settings: &KafkaSettings,
     topics: &[&str],
     allow_create_time: bool,
 ) -> anyhow::Result<()> {
     use rdkafka::admin::{ConfigSource, OwnedResourceSpecifier, ResourceSpecifier};
+    require_listed(settings, topics).await?;
     let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
     let specs: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
@@ -176,10 +256,12 @@ pub async fn check_log_append_time(
     let (wrong, unknown) = loop {
         let mut wrong = Vec::new();
         let mut unknown = Vec::new();
-        for result in admin.describe_configs(&specs, &opts).await? {
+        let described =
+            answered(settings, "describing the input topics' configs", admin.describe_configs(&specs, &opts));
+        for result in described.await? {
             let resource = match result {
                 Ok(r) => r,
-                // A missing topic is reported, with what to do, where partitions are counted.
+                // Deleted since it was listed: the stream reports it where partitions are counted.
                 Err(RDKafkaErrorCode::UnknownTopicOrPartition) => continue,
                 Err(code) => anyhow::bail!("describing the input topics' configs: {code}"),
             };
@@ -227,7 +309,10 @@ pub async fn check_log_append_time(
 pub async fn set_topic_config(settings: &KafkaSettings, topic: &str, key: &str, value: &str) -> anyhow::Result<()> {
     use rdkafka::admin::{AlterConfig, ConfigSource, ResourceSpecifier};
     let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
-    let described = admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new()).await?;
+    let what = "describing a topic's configs";
+    let described =
+        answered(settings, what, admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new()))
+            .await?;
     let resource = described
         .into_iter()
         .next()
@@ -241,7 +326,9 @@ pub async fn set_topic_config(settings: &KafkaSettings, topic: &str, key: &str, 
         .collect();
     let change =
         kept.iter().fold(AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value), |c, (k, v)| c.set(k, v));
-    for r in admin.alter_configs(&[change], &AdminOptions::new()).await? {
+    for r in
+        answered(settings, "altering a topic's configs", admin.alter_configs(&[change], &AdminOptions::new())).await?
+    {
         r.map_err(|(resource, e)| anyhow::anyhow!("setting {key}={value} on {resource:?}: {e}"))?;
     }
     Ok(())
