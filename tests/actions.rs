@@ -645,3 +645,62 @@ fn a_partition_that_goes_back_to_its_first_owner_after_the_second_delivered_and_
     assert_eq!(got.keys().collect::<Vec<_>>(), everything.keys().collect::<Vec<_>>(), "no key new or missing");
     drop(a);
 }
+
+/// Whether the process serving `port` owns `role[partition]` (`tidemark_partition_owned`).
+fn owns(page: &str, role: &str, partition: i32) -> bool {
+    let labels = (format!("source=\"{role}\""), format!("partition=\"{partition}\""));
+    metric(page, "tidemark_partition_owned")
+        .iter()
+        .any(|(l, v)| l.contains(&labels.0) && l.contains(&labels.1) && *v == 1.0)
+}
+
+#[test]
+fn a_slow_snapshot_import_of_one_partition_does_not_stop_the_others_and_the_run_ends_as_one_that_never_moved() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (server, reference_server, all_act, s) = acting(&rt);
+    let snapshots = tempfile::tempdir().expect("tmp");
+    let snapshot_dir = snapshots.path().to_str().expect("utf-8 path");
+    let group = unique("g");
+
+    // Part one, snapshotted when the run stops; part two appended after it.
+    generate(&s.orders, GEN_ACTIONS);
+    run_to_end_with(&s.topo, s._state.path(), &group, &[("TIDEMARK_SNAPSHOT_DIR", snapshot_dir)]);
+    let later = generate(&s.orders, &gen_actions_later());
+
+    // A new volume: every partition's snapshot is ahead of it; orders[0]'s import takes 25 s.
+    let fresh = tempfile::tempdir().expect("tmp");
+    let state = fresh.path().join("b");
+    let (stderr, log_path) = log_beside(&state);
+    let port = free_port();
+    let mut c = run_command(&s.topo, &state, &group);
+    c.args(["--exit-at-end", "--http-addr", &format!("127.0.0.1:{port}"), "--admin-addr", "off"])
+        .env("TIDEMARK_SNAPSHOT_DIR", snapshot_dir)
+        .env("TIDEMARK_FAILPOINTS", "import.orders[0]=pause:25000")
+        .stderr(stderr);
+    let mut run = Running(c.spawn().expect("spawn"), Some(log_path.clone()));
+
+    // While it imports, orders[1] is restored from its snapshot and reads part two to its end.
+    wait_for(Duration::from_secs(20), "orders[1] running and caught up while orders[0] imports", || {
+        let (_, page) = http("GET", port, "/metrics")?;
+        let lag = metric(&page, "tidemark_consumer_lag_records")
+            .into_iter()
+            .find(|(l, _)| l.contains("source=\"orders\"") && l.contains("partition=\"1\""))?;
+        (owns(&page, "orders", 1) && !owns(&page, "orders", 0) && lag.1 == 0.0).then_some(())
+    });
+    let status = wait_for(Duration::from_secs(120), "the run to end", || run.0.try_wait().ok().flatten());
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    run.1 = None;
+    assert!(status.success(), "the run failed:\n{log}");
+    assert!(log.contains("failpoint import.orders[0] reached"), "orders[0]'s import was held:\n{log}");
+    assert_eq!(
+        processed(&log),
+        later["records"].as_u64().expect("count"),
+        "only the log after the snapshots is replayed, orders[0]'s included"
+    );
+    for (key, bodies) in &by_key(&server.requests()) {
+        assert_eq!(bodies.len(), 1, "{key} was POSTed {} times", bodies.len());
+    }
+    let reference = sibling(&s, &all_act, reference_server.url("/a").as_str(), |t| t);
+    run_through(&reference, &reference_server);
+    assert_eq!(compacted(&s.topo.dashboard), compacted(&reference.topo.dashboard), "dashboard values");
+}

@@ -170,9 +170,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let taker = match &snapshots {
         Some(cfg) => {
             let replay_within = if standbys_on { STANDBY_REPLAY_WITHIN } else { 0 };
-            opts.snapshots = Some(Arc::new(
-                snapshot::Restorer::new(cfg, Arc::clone(&opts.progress)).replaying_within(replay_within),
-            ));
+            opts.snapshots = Some(Arc::new(snapshot::Restorer::new(cfg).replaying_within(replay_within)));
             let taken_by = opts.instance_id.clone().unwrap_or_else(|| format!("pid-{}", std::process::id()));
             // With standbys the next owner has a warm copy (it joined only once warm), so a
             // revocation is not exported: a move then costs a commit, not an export.
@@ -196,8 +194,8 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             Arc::clone(&rows),
         );
         let (standbys, requests) = standby::Standbys::new(rows, tail);
-        // The standby thread's imports must not mark the stream as restoring: its own restorer.
-        let restorer = snapshots.as_ref().map(|cfg| Arc::new(snapshot::Restorer::new(cfg, Arc::default())));
+        // The standby thread imports whatever snapshot is ahead (no replay allowance).
+        let restorer = snapshots.as_ref().map(|cfg| Arc::new(snapshot::Restorer::new(cfg)));
         let cfg = standby::runner::StandbyConfig {
             settings: opts.settings.clone(),
             group_id: opts.group_id.clone(),

@@ -4,7 +4,8 @@
 //! processed is what its RocksDB checkpoint says, so on assignment the context overrides the
 //! fetch position with `checkpoint.next_offset` (or the log start when the partition has no
 //! state here), before librdkafka starts fetching. With snapshots on, a partition whose
-//! newest snapshot is ahead of the store is imported from it first (see [`crate::snapshot`]).
+//! newest snapshot is ahead of the store is assigned paused and imported off the callback
+//! (`tasks::imports`), so the partitions already owned keep running meanwhile.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,10 @@ use crate::telemetry::events;
 /// Assignment changes for the stream thread to act on after `poll` returns.
 #[derive(Debug, Clone)]
 pub enum AssignmentEvent {
+    /// Positioned at their checkpoints: restore and run.
     Assigned(Vec<PartitionId>),
+    /// Assigned paused: a snapshot ahead of the local state is to be imported first.
+    Importing(Vec<PartitionId>),
     /// The group takes these partitions away. The consumer still holds them until the
     /// stream thread has committed its work on them and calls [`TaskContext::release`]:
     /// the next owner starts exactly where this one stopped.
@@ -112,18 +116,25 @@ impl TaskContext {
         self.events.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default()
     }
 
-    pub fn position_at_checkpoints(&self, tpl: &mut TopicPartitionList) {
+    /// Sets every partition's fetch position to its local checkpoint (the log start without
+    /// one) and reads the audit topic for the SKU partitions among them. Returns those whose
+    /// newest snapshot is ahead of the local state (with snapshots on): they are imported off
+    /// the callback, assigned paused until then ([`TaskContext::pause`]); their audit read
+    /// follows their import.
+    pub fn position_at_checkpoints(&self, tpl: &mut TopicPartitionList) -> Vec<PartitionId> {
         let elements: Vec<(String, i32)> =
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
         let mut sku_resumed: Vec<(i32, Option<i64>)> = Vec::new();
+        let mut importing = Vec::new();
         for (topic, partition) in elements {
             let Some(id) = self.sources.id(&topic, partition) else { continue };
-            if let Some(snapshots) = &self.snapshots {
+            if self.snapshots.as_ref().is_some_and(|s| s.is_ahead(&self.store, id)) {
                 self.lifecycle.note(id, crate::tasks::State::Importing);
-                snapshots.restore_if_ahead(&self.store, id);
+                importing.push(id);
             }
             let checkpoint = self.store.checkpoint(id);
-            if id.source == PartitionId::SKU_REPARTITION && self.recall.is_some() {
+            let imported_later = importing.last() == Some(&id);
+            if id.source == PartitionId::SKU_REPARTITION && self.recall.is_some() && !imported_later {
                 self.lifecycle.note(id, crate::tasks::State::Recalling);
                 if let Ok(c) = &checkpoint {
                     sku_resumed.push((partition, crate::actions::recall_since(c.as_ref())));
@@ -145,6 +156,37 @@ impl TaskContext {
         }
         if let Some(recall) = &self.recall {
             recall.before_dispatch(&sku_resumed);
+        }
+        importing
+    }
+
+    /// The list of `ids`' topic partitions.
+    pub fn list_of(&self, ids: &[PartitionId]) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::new();
+        for id in ids {
+            tpl.add_partition(self.sources.topic_of(*id), id.partition);
+        }
+        tpl
+    }
+
+    /// Pauses the fetch of partitions just assigned that wait for their import.
+    pub fn pause(&self, consumer: &BaseConsumer<Self>, ids: &[PartitionId]) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Err(e) = consumer.pause(&self.list_of(ids)) {
+            // Their records are then dropped until the import ends (no task holds them) and
+            // read again from the imported checkpoint: slower, never lost.
+            warn!(partitions = ?ids, error = %e, "cannot pause partitions waiting for their import");
+        }
+    }
+
+    /// Queues what the stream thread does with a new assignment.
+    pub fn assigned(&self, ids: Vec<PartitionId>, importing: Vec<PartitionId>) {
+        let ready: Vec<PartitionId> = ids.into_iter().filter(|id| !importing.contains(id)).collect();
+        self.push(AssignmentEvent::Assigned(ready));
+        if !importing.is_empty() {
+            self.push(AssignmentEvent::Importing(importing));
         }
     }
 }
@@ -195,18 +237,18 @@ impl ConsumerContext for TaskContext {
                 if let Some(standbys) = &self.standbys {
                     standbys.release(&self.ids(tpl));
                 }
-                self.position_at_checkpoints(tpl);
+                let importing = self.position_at_checkpoints(tpl);
                 let ids = self.ids(tpl);
                 self.forget_log_ends(&ids);
                 crate::failpoint::hit("assign.received");
-                info!(partitions = ?ids, cooperative, "assigned");
-                self.push(AssignmentEvent::Assigned(ids));
+                info!(partitions = ?ids, importing = ?importing, cooperative, "assigned");
                 events::rebalanced();
-                if cooperative {
-                    consumer.incremental_assign(tpl)
-                } else {
-                    consumer.assign(tpl)
+                let applied = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                if applied.is_ok() {
+                    self.pause(consumer, &importing);
                 }
+                self.assigned(ids, importing);
+                applied
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let ids = self.ids(tpl);

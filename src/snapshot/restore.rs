@@ -9,7 +9,6 @@
 //! A failed import leaves the local state as it was (see `Store::import_partition`); the next
 //! older snapshot is then compared with that state, read again.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use metrics::counter;
@@ -18,24 +17,20 @@ use tracing::{info, warn};
 
 use super::layout::Found;
 use super::SnapshotConfig;
-use crate::telemetry::Progress;
 
 /// Snapshots tried, newest first, before giving up on them for a partition.
 const ATTEMPTS: usize = 3;
 
 pub struct Restorer {
     cfg: SnapshotConfig,
-    /// An import runs inside the rebalance callback: it marks the process as restoring, so
-    /// liveness allows it a restore's silence.
-    progress: Arc<Progress>,
     /// A local checkpoint at most this many records behind a snapshot is replayed from the
     /// log instead of importing it (a warm standby copy; see [`Restorer::replaying_within`]).
     replay_within: i64,
 }
 
 impl Restorer {
-    pub fn new(cfg: &SnapshotConfig, progress: Arc<Progress>) -> Self {
-        Restorer { cfg: cfg.clone(), progress, replay_within: 0 }
+    pub fn new(cfg: &SnapshotConfig) -> Self {
+        Restorer { cfg: cfg.clone(), replay_within: 0 }
     }
 
     /// With standby tasks, the local state of a partition is usually a commit behind the
@@ -44,6 +39,18 @@ impl Restorer {
     pub fn replaying_within(mut self, records: i64) -> Self {
         self.replay_within = records.max(0);
         self
+    }
+
+    /// Whether the newest snapshot of `id` (of this topic) is ahead of what `store` holds by
+    /// more than the replay allowance: a listing and a checkpoint read, no import. The
+    /// rebalance callback asks this; the import itself runs off it (`tasks::imports`).
+    pub fn is_ahead(&self, store: &Store, id: PartitionId) -> bool {
+        let Ok(local) = store.checkpoint(id).map(|c| c.map(|c| c.next_offset)) else { return false };
+        let Ok(candidates) = self.cfg.layout().list(id) else { return false };
+        let topic = self.cfg.topic_of(id);
+        candidates.iter().take(ATTEMPTS).find(|f| f.manifest.topic == topic).is_some_and(|f| {
+            local.is_none_or(|l| l.saturating_add(self.replay_within) < f.manifest.export.checkpoint.next_offset)
+        })
     }
 
     /// Imports the newest snapshot of `id` into `store` when it is ahead of what the store
@@ -77,7 +84,7 @@ impl Restorer {
                 return None;
             }
             let started = Instant::now();
-            self.progress.restoring(true);
+            crate::failpoint::hit(&format!("import.{id}"));
             match store.import_partition(id, &found.dir, &found.manifest.export) {
                 Ok(()) => {
                     counter!("tidemark_snapshot_restores_total").increment(1);
@@ -150,11 +157,13 @@ mod tests {
         let who = Exporter { cfg, taken_by: "a".into() };
         assert!(who.export_one(&a, &a.consistent_point(), p, None).unwrap().is_some());
 
-        let restorer = |topic: &str| Restorer::new(&config(snapshots.path(), topic), Arc::default());
+        let restorer = |topic: &str| Restorer::new(&config(snapshots.path(), topic));
         let b = store(b_dir.path());
         assert!(restorer("other.orders").restore_if_ahead(&b, p).is_none(), "another topic's snapshot");
         assert_eq!(b.checkpoint(p).unwrap(), None);
+        assert!(restorer("shop.orders").is_ahead(&b, p), "an empty store is behind");
         assert!(restorer("shop.orders").restore_if_ahead(&b, p).is_some());
+        assert!(!restorer("shop.orders").is_ahead(&b, p), "imported: no longer ahead");
         assert_eq!(b.checkpoint(p).unwrap().map(|c| c.next_offset), Some(42));
         assert!(restorer("shop.orders").restore_if_ahead(&b, p).is_none(), "already there");
 

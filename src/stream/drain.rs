@@ -108,7 +108,8 @@ impl Runner {
     /// `exit_at_end` is armed. Also true when the drain timeout has passed; then
     /// `drain.timed_out` holds what remains.
     pub(super) fn drained(&mut self, consumer: &Consumer_) -> anyhow::Result<bool> {
-        if self.tasks.is_empty() {
+        // A partition still importing has no task yet: its records are all ahead.
+        if self.tasks.is_empty() || !self.imports.is_empty() {
             return Ok(false);
         }
         let inputs_at_end =

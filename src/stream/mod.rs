@@ -31,7 +31,8 @@ use crate::kafka::context::{AssignmentEvent, TaskContext};
 use crate::kafka::sink::{OutputSink, OutputsRefused};
 use crate::kafka::KafkaSettings;
 use crate::tasks::{
-    is_internal, Finished, Polled, State, Task, TaskFactory, TaskSet, COMBINE, INVENTORY, ORDERS, SKU_REPARTITION,
+    is_internal, Finished, ImportContext, Imports, Polled, State, Task, TaskFactory, TaskSet, COMBINE, INVENTORY,
+    ORDERS, SKU_REPARTITION,
 };
 use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
@@ -122,6 +123,8 @@ struct Runner {
     drain: drain::Drain,
     /// When `tidemark_task_entries` was last published.
     held_at: Option<Instant>,
+    /// Snapshot imports under way (their partitions assigned, paused, without a task).
+    imports: Imports,
 }
 
 /// How often the tasks' entry counts are published (a walk over every SKU state).
@@ -298,8 +301,8 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     let mut cfg = opts.settings.log_reader_config(&opts.group_id);
     cfg.set("statistics.interval.ms", STATS_EVERY_MS)
         .set("session.timeout.ms", opts.session_timeout.as_millis().to_string())
-        // A hand-over export or a snapshot import runs between two polls (in the rebalance
-        // callback or right after it): as long as a restore may take before liveness fails
+        // A hand-over export runs between two polls (right after the rebalance callback);
+        // snapshot imports run on their own threads, but a revocation waits for one under way: as long as a restore may take before liveness fails
         // (`MAX_RESTORE_SILENCE_MS`), not the default 5 minutes, or the group takes the
         // member for dead in the middle of it.
         .set("max.poll.interval.ms", crate::telemetry::progress::MAX_RESTORE_SILENCE_MS.to_string())
@@ -338,11 +341,12 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
                     tpl.add_partition(topic, p);
                 }
             }
-            consumer.context().position_at_checkpoints(&mut tpl);
+            let importing = consumer.context().position_at_checkpoints(&mut tpl);
             let ids = consumer.context().ids(&tpl);
-            info!(ordinal, replicas, partitions = ?ids, "static assignment");
+            info!(ordinal, replicas, partitions = ?ids, importing = ?importing, "static assignment");
             consumer.assign(&tpl).context("assigning partitions")?;
-            consumer.context().push(AssignmentEvent::Assigned(ids));
+            consumer.context().pause(&consumer, &importing);
+            consumer.context().assigned(ids, importing);
         }
     }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
@@ -372,8 +376,11 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         paused: false,
         drain,
         held_at: None,
+        imports: Imports::default(),
     };
     let result = runner.run_loop(&consumer);
+    // No import outlives the stream (it writes the store this run's restart reopens).
+    runner.imports.wait_all();
     if result.as_ref().is_err_and(|e| restart_reason(e).is_some()) {
         runner.let_go();
     }
@@ -465,8 +472,13 @@ impl Runner {
         if want == self.paused {
             return;
         }
-        let Ok(assignment) = consumer.assignment() else { return };
-        let result = if want { consumer.pause(&assignment) } else { consumer.resume(&assignment) };
+        // Partitions waiting for their import stay paused either way.
+        let ids: Vec<PartitionId> = self.tasks.ids().filter(|id| !self.imports.is_importing(*id)).collect();
+        let result = if want {
+            consumer.assignment().and_then(|all| consumer.pause(&all))
+        } else {
+            consumer.resume(&consumer.context().list_of(&ids))
+        };
         match result {
             Ok(()) => {
                 self.paused = want;
@@ -560,13 +572,19 @@ impl Runner {
         for event in consumer.context().take_events() {
             match event {
                 AssignmentEvent::Revoked(ids, tpl) => {
+                    // An import under way ends first: nothing writes a partition once it went.
+                    let mut imported = Vec::new();
+                    for id in &ids {
+                        if self.imports.wait(*id) {
+                            imported.push(*id);
+                        } else {
+                            self.opts.lifecycle.note(*id, State::HandingOver);
+                        }
+                    }
                     // Keep the work done so far: commit, make it durable, hand the state
                     // over (with snapshots on), then let the partitions go. They go even if
                     // the commit failed (the process then stops with that error): a closing
                     // consumer would wait for them forever.
-                    for id in &ids {
-                        self.opts.lifecycle.note(*id, State::HandingOver);
-                    }
                     let handed = self.hand_over(consumer, &ids);
                     if let Err(e) = TaskContext::release(consumer, &tpl) {
                         warn!(error = %e, partitions = ?ids, "releasing revoked partitions failed");
@@ -592,40 +610,89 @@ impl Runner {
                     self.opts.progress.restoring(true);
                     self.opts.progress.restore_started(&ids);
                     for id in ids {
-                        self.opts.progress.beat();
-                        self.opts.lifecycle.note(id, State::Restoring);
-                        failpoint::hit("restore.mid");
-                        let restoring = Instant::now();
-                        let task = self.restore(consumer, id).with_context(|| format!("restoring {id}"))?;
-                        info!(
-                            partition = %id,
-                            next_offset = task.next_offset(),
-                            took_ms = restoring.elapsed().as_millis() as u64,
-                            "restored"
-                        );
-                        self.opts.progress.assigned(id, task.next_offset());
-                        if id.source == SKU_REPARTITION {
-                            if let Ok(mut o) = self.opts.sku_owned.lock() {
-                                o.insert(id.partition);
-                            }
-                            // Its pending rows (restored, or left by an earlier spell of
-                            // ownership) are found by a scan of every owned outbox: the
-                            // dispatcher's own record of scanned partitions cannot tell a
-                            // partition that left and came back between two of its ticks.
-                            self.opts.stats.outbox_rescan.store(true, Ordering::Relaxed);
-                        }
-                        self.tasks.insert(id, task);
-                        self.opts.lifecycle.note(id, State::Running);
+                        self.start_task(consumer, id)?;
                     }
                     self.opts.progress.restoring(false);
                     // A fresh assignment is unpaused; the loop re-applies a pause in force.
                     self.paused = false;
                 }
+                AssignmentEvent::Importing(ids) => {
+                    self.opts.progress.restore_started(&ids);
+                    let ctx = consumer.context();
+                    let Some(restorer) = &ctx.snapshots else { continue };
+                    let import = ImportContext {
+                        store: Arc::clone(&self.store),
+                        restorer: Arc::clone(restorer),
+                        recall: ctx.recall.clone(),
+                        lifecycle: Arc::clone(&self.opts.lifecycle),
+                    };
+                    for id in ids {
+                        info!(partition = %id, "importing a snapshot; the other partitions go on");
+                        self.imports.start(&import, id);
+                    }
+                }
             }
-            let orders = self.tasks.ids().filter(|id| id.source == ORDERS).count();
-            self.opts.stats.assigned.store(orders as i64, Ordering::Relaxed);
+            self.count_assigned();
+        }
+        let imported = self.imports.finished();
+        if !imported.is_empty() {
+            for id in imported {
+                self.start_task(consumer, id)?;
+                self.seek_to_checkpoint(consumer, id);
+                if !self.paused {
+                    if let Err(e) = consumer.resume(&consumer.context().list_of(&[id])) {
+                        warn!(partition = %id, error = %e, "cannot resume a partition after its import");
+                    }
+                }
+            }
+            self.count_assigned();
         }
         Ok(())
+    }
+
+    fn count_assigned(&self) {
+        let orders = self.tasks.ids().filter(|id| id.source == ORDERS).count();
+        self.opts.stats.assigned.store(orders as i64, Ordering::Relaxed);
+    }
+
+    /// Builds the task of `id` from the store and runs it (`restoring` → `running`).
+    fn start_task(&mut self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<()> {
+        self.opts.progress.beat();
+        self.opts.lifecycle.note(id, State::Restoring);
+        failpoint::hit("restore.mid");
+        let restoring = Instant::now();
+        let task = self.restore(consumer, id).with_context(|| format!("restoring {id}"))?;
+        info!(
+            partition = %id,
+            next_offset = task.next_offset(),
+            took_ms = restoring.elapsed().as_millis() as u64,
+            "restored"
+        );
+        self.opts.progress.assigned(id, task.next_offset());
+        if id.source == SKU_REPARTITION {
+            if let Ok(mut o) = self.opts.sku_owned.lock() {
+                o.insert(id.partition);
+            }
+            // Its pending rows (restored, or left by an earlier spell of ownership) are found
+            // by a scan of every owned outbox: the dispatcher's own record of scanned
+            // partitions cannot tell a partition that left and came back between two of its
+            // ticks.
+            self.opts.stats.outbox_rescan.store(true, Ordering::Relaxed);
+        }
+        self.tasks.insert(id, task);
+        self.opts.lifecycle.note(id, State::Running);
+        Ok(())
+    }
+
+    /// After an import: the partition was assigned at its local checkpoint, its task starts
+    /// at the imported one. Records below it would be dropped anyway (`Ingested::counted`);
+    /// the seek only saves reading them.
+    fn seek_to_checkpoint(&self, consumer: &Consumer_, id: PartitionId) {
+        let Some(next) = self.tasks.get(id).map(Task::next_offset) else { return };
+        let offset = if next > 0 { Offset::Offset(next) } else { Offset::Beginning };
+        if let Err(e) = consumer.seek(self.topic_of(id), id.partition, offset, Duration::from_secs(10)) {
+            warn!(partition = %id, error = %e, next_offset = next, "cannot move the fetch position to the imported checkpoint; the records before it are read and dropped");
+        }
     }
 
     fn topic_of(&self, id: PartitionId) -> &str {

@@ -17,9 +17,12 @@
 //!
 //! Where each state is entered (docs/tasks.md has the same table):
 //! - `importing`: `kafka::context::TaskContext::position_at_checkpoints` (with snapshots:
-//!   the newest snapshot is imported when it is ahead of the local checkpoint);
-//! - `recalling`: the same function, for SKU partitions (`actions::Recall`);
-//! - `restoring`, `running`: `stream::Runner::handle_assignment` (`Assigned`);
+//!   a partition whose newest snapshot is ahead of the local checkpoint is assigned paused)
+//!   and imported off the callback by `tasks::imports::Imports::start`;
+//! - `recalling`: the same function, for SKU partitions (`actions::Recall`), or after the
+//!   import, on the import's thread;
+//! - `restoring`, `running`: `stream::Runner::start_task`, from
+//!   `stream::Runner::handle_assignment` (`Assigned`, or an import that ended);
 //! - `suspended`, back to `running`: `stream::Runner::apply_pause`;
 //! - `handing over`, `closed`: `stream::Runner::handle_assignment` (`Revoked`), and
 //!   `stream::Runner::let_go` (refused outputs: closed at once);

@@ -7,14 +7,18 @@
 //! - [`set`]: [`TaskSet`], the tasks of one thread — ingest, skip control records, finish
 //!   into one batch with the combine forward, progress marks — driven alike by the stream
 //!   thread, the standby thread and the topology test driver.
+//! - [`imports`]: snapshot imports off the rebalance callback, one thread per partition,
+//!   while the partitions already owned keep running.
 //! - [`lifecycle`]: the states of a partition's task, the transitions allowed between them,
 //!   and one registry per process shared by the active and the standby tasks.
 
+pub mod imports;
 pub mod lifecycle;
 pub mod set;
 pub mod sources;
 pub mod task;
 
+pub use imports::{ImportContext, Imports};
 pub use lifecycle::{Lifecycle, State};
 pub use set::{Finished, Ingested, Polled, TaskSet};
 pub use sources::Sources;
