@@ -12,7 +12,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
-use tidemark_topology::config::Topology;
+use tidemark_topology::config::{SinkFormat, Topology};
+use tidemark_topology::connect_json::{self, RowSchema};
 use tracing::warn;
 
 use super::KafkaSettings;
@@ -145,6 +146,14 @@ pub struct OutputSink {
     combine: String,
     dashboard_combined: String,
     finance_combined: String,
+    /// The Connect schema of each combined sink written as `connect-json`.
+    dashboard_combined_connect: Option<RowSchema>,
+    finance_combined_connect: Option<RowSchema>,
+}
+
+/// The schema a combined sink's rows are wrapped in, when its format is `connect-json`.
+fn connect_schema(format: SinkFormat, schema: RowSchema) -> Option<RowSchema> {
+    (format == SinkFormat::ConnectJson).then_some(schema)
 }
 
 impl OutputSink {
@@ -190,6 +199,11 @@ impl OutputSink {
             combine: t.combine_repartition.topic.clone(),
             dashboard_combined: t.dashboard_combined.topic.clone(),
             finance_combined: t.finance_provisional_combined.topic.clone(),
+            dashboard_combined_connect: connect_schema(t.dashboard_combined_format, connect_json::DASHBOARD_COMBINED),
+            finance_combined_connect: connect_schema(
+                t.finance_provisional_combined_format,
+                connect_json::FINANCE_COMBINED,
+            ),
         })
     }
 
@@ -225,11 +239,30 @@ impl OutputSink {
         }
     }
 
+    /// Rewrites a combined row into Connect's envelope (key and value) when its sink is
+    /// written as `connect-json`: here, as it is produced, so the tasks' records are the same
+    /// whatever the format.
+    fn encode(&self, r: &mut OutputRecord) -> anyhow::Result<()> {
+        let schema = match r.sink {
+            Sink::DashboardCombined => self.dashboard_combined_connect,
+            Sink::FinanceCombined => self.finance_combined_connect,
+            _ => None,
+        };
+        if let Some(schema) = schema {
+            let e = schema.wrap(&r.value).map_err(|e| anyhow::anyhow!("{}: {e}", self.topic(r.sink)))?;
+            r.key = Some(e.key);
+            r.value = e.value;
+        }
+        Ok(())
+    }
+
     /// Queues records for delivery, waiting for room when the local queue is full. A side
     /// output larger than [`MAX_SIDE_OUTPUT_BYTES`] goes out truncated, with its original
     /// size and SHA-256 in headers; one the producer refuses is queued to be sent again.
+    /// Combined rows of a `connect-json` sink go out in Connect's envelope ([`connect_json`]).
     pub fn send_all(&self, records: &mut Vec<OutputRecord>) -> anyhow::Result<()> {
-        for r in records.drain(..) {
+        for mut r in records.drain(..) {
+            self.encode(&mut r)?;
             let side = matches!(r.sink, Sink::DeadLetter | Sink::Late);
             let oversized = r.key.as_ref().map_or(0, Vec::len) + r.value.len() > MAX_SIDE_OUTPUT_BYTES;
             if side && oversized {

@@ -15,7 +15,9 @@ use crate::normalize::{NormalizeLimits, DEFAULT_MAX_IDENTIFIER_BYTES};
 use crate::window::WindowPolicy;
 
 mod rule_mode;
+mod sink_format;
 pub use rule_mode::{RuleMode, UnknownRuleMode};
+pub use sink_format::{SinkFormat, UnknownSinkFormat};
 
 /// Largest `sources.max_identifier_bytes` accepted: a sku travels in the action key, an HTTP
 /// header, and servers commonly refuse header lines beyond 8 KiB.
@@ -47,8 +49,12 @@ pub struct Topology {
     pub finance_manifest: TopicSpec,
     /// One row per window × store × currency: the sum of the dashboard partials (compacted).
     pub dashboard_combined: TopicSpec,
+    /// How its records are written (`sinks.dashboard_combined.format`).
+    pub dashboard_combined_format: SinkFormat,
     /// One row per day × store × currency: the sum of the provisional partials (compacted).
     pub finance_provisional_combined: TopicSpec,
+    /// How its records are written (`sinks.finance_provisional_combined.format`).
+    pub finance_provisional_combined_format: SinkFormat,
     /// Internal topic that re-keys dashboard and provisional partials by aggregate key, with
     /// each orders partition's progress, so one task sums every partition's latest partial.
     pub combine_repartition: TopicSpec,
@@ -386,8 +392,8 @@ struct RawSinks {
     finance_provisional: RawTopic,
     finance_close: RawTopic,
     finance_manifest: RawTopic,
-    dashboard_combined: RawTopic,
-    finance_provisional_combined: RawTopic,
+    dashboard_combined: RawCombinedTopic,
+    finance_provisional_combined: RawCombinedTopic,
 }
 
 #[derive(Deserialize)]
@@ -458,6 +464,23 @@ struct RawTopic {
 
 fn default_partitions() -> i32 {
     4
+}
+
+/// A combined sink: a topic with the format its records are written in.
+#[derive(Deserialize)]
+struct RawCombinedTopic {
+    topic: String,
+    #[serde(default = "default_partitions")]
+    partitions: i32,
+    #[serde(default)]
+    compacted: bool,
+    /// Parsed by the second pass, like a rule's mode.
+    #[serde(default = "default_sink_format")]
+    format: String,
+}
+
+fn default_sink_format() -> String {
+    SinkFormat::default().as_str().to_string()
 }
 
 #[derive(Deserialize)]
@@ -584,6 +607,16 @@ impl Checker<'_> {
         TopicSpec { topic: raw.topic, partitions: raw.partitions, compacted: raw.compacted }
     }
 
+    /// A combined sink's topic and format.
+    fn combined(&mut self, path: &str, raw: RawCombinedTopic) -> (TopicSpec, SinkFormat) {
+        let format = raw.format.parse::<SinkFormat>().unwrap_or_else(|e| {
+            self.error(format!("{path}.format"), e.to_string());
+            SinkFormat::default()
+        });
+        let topic = RawTopic { topic: raw.topic, partitions: raw.partitions, compacted: raw.compacted };
+        (self.topic(path, topic), format)
+    }
+
     fn int_param(&mut self, path: &str, params: &BTreeMap<String, toml::Value>, key: &str, default: i64) -> i64 {
         match params.get(key) {
             None => default,
@@ -689,9 +722,10 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
     let finance_provisional = c.topic("sinks.finance_provisional", raw.sinks.finance_provisional);
     let finance_close = c.topic("sinks.finance_close", raw.sinks.finance_close);
     let finance_manifest = c.topic("sinks.finance_manifest", raw.sinks.finance_manifest);
-    let dashboard_combined = c.topic("sinks.dashboard_combined", raw.sinks.dashboard_combined);
-    let finance_provisional_combined =
-        c.topic("sinks.finance_provisional_combined", raw.sinks.finance_provisional_combined);
+    let (dashboard_combined, dashboard_combined_format) =
+        c.combined("sinks.dashboard_combined", raw.sinks.dashboard_combined);
+    let (finance_provisional_combined, finance_provisional_combined_format) =
+        c.combined("sinks.finance_provisional_combined", raw.sinks.finance_provisional_combined);
     let sku_repartition = c.topic("internal.sku_repartition", raw.internal.sku_repartition);
     let combine_repartition = c.topic("internal.combine_repartition", raw.internal.combine_repartition);
     let idle_skew_ms = c.duration_ms("internal.idle_skew", &raw.internal.idle_skew).unwrap_or(2_000);
@@ -848,7 +882,9 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         finance_close,
         finance_manifest,
         dashboard_combined,
+        dashboard_combined_format,
         finance_provisional_combined,
+        finance_provisional_combined_format,
         combine_repartition,
         idle_skew_ms,
         endpoints: Endpoints {
@@ -1029,5 +1065,38 @@ mod tests {
         let err = parse(&text, "t.toml").expect_err("must fail");
         let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, vec!["rules[3].id", "rules[3].params.limit"], "{err}");
+    }
+
+    #[test]
+    fn a_combined_sink_is_written_as_json_unless_its_format_says_connect_json() {
+        let t = parse(EXAMPLE, "orders.toml").expect("valid");
+        assert_eq!(
+            (t.dashboard_combined_format, t.finance_provisional_combined_format),
+            (SinkFormat::Json, SinkFormat::Json)
+        );
+        let text = EXAMPLE.replace(
+            "topic = \"tidemark.dashboard-combined\", partitions = 4, compacted = true",
+            "topic = \"tidemark.dashboard-combined\", partitions = 4, compacted = true, format = \"connect-json\"",
+        );
+        let t = parse(&text, "t.toml").expect("valid");
+        assert_eq!(t.dashboard_combined_format, SinkFormat::ConnectJson);
+        assert_eq!(t.finance_provisional_combined_format, SinkFormat::Json, "chosen per sink");
+    }
+
+    #[test]
+    fn an_unknown_format_and_a_format_on_a_sink_that_has_none_are_reported_with_their_paths() {
+        let text = EXAMPLE
+            .replace(
+                "topic = \"tidemark.finance-provisional-combined\", partitions = 4, compacted = true",
+                "topic = \"tidemark.finance-provisional-combined\", partitions = 4, compacted = true, format = \"avro\"",
+            )
+            .replace(
+                "finance_close = { topic = \"tidemark.finance-close\", partitions = 4, compacted = true }",
+                "finance_close = { topic = \"tidemark.finance-close\", partitions = 4, compacted = true, format = \"connect-json\" }",
+            );
+        let err = parse(&text, "t.toml").expect_err("must fail");
+        let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, vec!["sinks.finance_close.format", "sinks.finance_provisional_combined.format"], "{err}");
+        assert!(err.to_string().contains("unknown format `avro` (expected json | connect-json)"), "{err}");
     }
 }

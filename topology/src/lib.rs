@@ -12,12 +12,14 @@
 //! - [`finance`]: business days, finance rows, the day-close fold and its validation.
 //! - [`provisional`]: provisional finance rows the stream keeps per business day, store and currency.
 //! - [`combine`]: one row per aggregate key: the sum of the latest partial of every source partition.
+//! - [`connect_json`]: Kafka Connect's JSON envelope (schema + payload) for the combined rows.
 //! - [`window`]: event-time window arithmetic and the per-partition watermark.
 //! - [`sku`]: the per-SKU inventory and velocity rules that turn lines and snapshots into action intents.
 //! - [`gen`]: the deterministic, seeded order-event generator used by demo, tests and benches.
 
 pub mod combine;
 pub mod config;
+pub mod connect_json;
 pub mod currency;
 pub mod dashboard;
 pub mod event;
