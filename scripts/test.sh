@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The full test suite: installs prerequisites, checks formatting and lints, starts a real
-# Apache Kafka on 127.0.0.1, runs every test (unit, black-box), and stops the broker.
+# Apache Kafka on 127.0.0.1, runs every test (unit, black-box, the Kafka Connect → PostgreSQL
+# pipeline), and stops the broker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every prerequisite, found or missing and how it was detected; then install what is missing.
 bash scripts/setup.sh --check || bash scripts/setup.sh
 . scripts/env.sh
+# Kafka Connect, the Debezium JDBC sink and PostgreSQL 15 for tests/connect_jdbc.rs, which must
+# run here: it may be skipped only where TIDEMARK_ALLOW_SKIP_CONNECT_JDBC=1 says so.
+bash scripts/connect/install.sh
+unset TIDEMARK_ALLOW_SKIP_CONNECT_JDBC
 
 echo "[test] cargo fmt --check" >&2
 cargo fmt --all -- --check
