@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use metrics::counter;
 use tidemark_state::{ConsistentPoint, PartitionId, Store};
 use tracing::{info, warn};
 
@@ -120,7 +119,7 @@ impl Handover {
     pub fn export(&self, store: &Store, ids: &[PartitionId], beat: &dyn Fn()) {
         let started = Instant::now();
         let round = self.exporter.export_all(store, ids.iter().copied(), |_| None, beat);
-        counter!("tidemark_snapshots_total", "outcome" => if round.failed == 0 { "ok" } else { "failed" }).increment(1);
+        crate::telemetry::snapshots::handed_over(round.failed > 0);
         info!(
             partitions = ids.len(),
             published = round.published,

@@ -11,7 +11,6 @@
 
 use std::time::Instant;
 
-use metrics::counter;
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
@@ -87,7 +86,7 @@ impl Restorer {
             crate::failpoint::hit(&format!("import.{id}"));
             match store.import_partition(id, &found.dir, &found.manifest.export) {
                 Ok(()) => {
-                    counter!("tidemark_snapshot_restores_total").increment(1);
+                    crate::telemetry::snapshots::restored();
                     info!(
                         partition = %id,
                         next_offset = next,
@@ -101,7 +100,7 @@ impl Restorer {
                     return Some(found);
                 }
                 Err(e) => {
-                    counter!("tidemark_snapshot_restore_failures_total").increment(1);
+                    crate::telemetry::snapshots::restore_failed();
                     warn!(partition = %id, snapshot = %found.dir.display(), error = %e, "snapshot not imported; trying an older one");
                     // The import leaves the local state as it was; read it again all the same,
                     // so an older snapshot is compared with what the store holds now.

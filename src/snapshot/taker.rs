@@ -12,13 +12,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge, histogram};
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
 use super::export::{Exporter, Round};
 use super::SnapshotConfig;
-use crate::telemetry::Progress;
+use crate::telemetry::{self, Progress};
 
 pub struct Taker {
     exporter: Exporter,
@@ -32,12 +31,7 @@ pub struct Taker {
 impl Taker {
     pub fn new(cfg: SnapshotConfig, store: Arc<Store>, progress: Arc<Progress>, taken_by: String) -> Self {
         // Series exist from the start, so dashboards and alerts see zeros rather than gaps.
-        for outcome in ["ok", "failed"] {
-            counter!("tidemark_snapshots_total", "outcome" => outcome).absolute(0);
-        }
-        counter!("tidemark_snapshot_restores_total").absolute(0);
-        gauge!("tidemark_snapshot_last_success_timestamp_seconds").set(0.0);
-        gauge!("tidemark_snapshot_bytes").set(0.0);
+        telemetry::snapshots::started();
         Taker { exporter: Exporter { cfg, taken_by }, store, progress, seen: BTreeSet::new() }
     }
 
@@ -65,12 +59,7 @@ impl Taker {
         let committed = |id: PartitionId| owned.get(&id).map(|p| p.committed_next);
         let round = self.exporter.export_all(&self.store, ids, committed, &|| {});
         let took = started.elapsed();
-        histogram!("tidemark_snapshot_duration_seconds").record(took.as_secs_f64());
-        counter!("tidemark_snapshots_total", "outcome" => if round.failed == 0 { "ok" } else { "failed" }).increment(1);
-        if round.failed == 0 {
-            gauge!("tidemark_snapshot_last_success_timestamp_seconds").set(chrono::Utc::now().timestamp() as f64);
-        }
-        gauge!("tidemark_snapshot_bytes").set(round.bytes as f64);
+        telemetry::snapshots::round(took, round.failed > 0, round.bytes);
         if round.published > 0 || round.failed > 0 {
             info!(
                 published = round.published,

@@ -17,6 +17,7 @@ pub mod logging;
 pub mod ownership;
 pub mod process;
 pub mod progress;
+pub mod snapshots;
 
 pub use progress::Progress;
 
