@@ -20,7 +20,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use metrics::{counter, gauge};
 use tidemark_state::{codec, PartitionId, Store};
 use tracing::warn;
 
@@ -45,8 +44,7 @@ impl StandbyRows {
     }
 
     pub fn holding_at_most(store: Arc<Store>, settled: Arc<Settled>, max_waiting: usize) -> Self {
-        counter!("tidemark_standby_rows_settled_total").absolute(0);
-        counter!("tidemark_standby_rows_untracked_total").absolute(0);
+        crate::telemetry::standby::rows_started();
         StandbyRows { store, settled, waiting: Mutex::default(), max_waiting }
     }
 
@@ -64,7 +62,7 @@ impl StandbyRows {
                     None
                 }
                 None => {
-                    counter!("tidemark_standby_rows_untracked_total").increment(1);
+                    crate::telemetry::standby::row_untracked();
                     None
                 }
             }
@@ -115,14 +113,14 @@ impl StandbyRows {
     }
 
     pub fn publish(&self) {
-        gauge!("tidemark_standby_rows_waiting").set(self.waiting() as f64);
+        crate::telemetry::standby::rows_waiting(self.waiting());
     }
 
     fn store_outcome(&self, id: PartitionId, mut row: OutboxRow, outcome: RowState) {
         row.state = outcome;
         let written = codec::encode(&row).and_then(|bytes| self.store.outbox_update(id, &row.key, &bytes, row.index()));
         match written {
-            Ok(()) => counter!("tidemark_standby_rows_settled_total").increment(1),
+            Ok(()) => crate::telemetry::standby::row_settled(),
             Err(e) => {
                 warn!(partition = %id, key = %row.key, error = %e, "cannot record a standby row's outcome; the row stays pending")
             }

@@ -35,7 +35,6 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use metrics::counter;
 use tidemark_state::PartitionId;
 use tracing::{info, warn};
 
@@ -73,7 +72,7 @@ pub struct Standbys {
 
 impl Standbys {
     pub fn new(rows: Arc<StandbyRows>, tail: Arc<AuditTail>) -> (Arc<Self>, Receiver<Request>) {
-        counter!("tidemark_standby_promotions_total").absolute(0);
+        crate::telemetry::standby::started();
         let (tx, rx) = mpsc::channel();
         let standbys = Standbys {
             requests: Mutex::new(tx),
@@ -127,7 +126,7 @@ impl Standbys {
                  before the old owner stopped may be sent again"
             );
         }
-        counter!("tidemark_standby_promotions_total").increment(ids.len() as u64);
+        crate::telemetry::standby::promoted(ids.len());
         info!(
             partitions = ?ids,
             rows_waiting = waiting,

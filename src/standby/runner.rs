@@ -19,7 +19,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use metrics::gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -516,9 +515,7 @@ impl Runner {
             warm &= behind <= slack;
         }
         self.cfg.standbys.warm.store(warm, Ordering::Relaxed);
-        gauge!("tidemark_standby_partitions").set(self.tasks.len() as f64);
-        gauge!("tidemark_standby_lag_records").set(lag as f64);
-        gauge!("tidemark_standby_warm").set(if warm { 1.0 } else { 0.0 });
+        crate::telemetry::standby::tasks(self.tasks.len(), lag, warm);
         self.cfg.standbys.rows.publish();
     }
 

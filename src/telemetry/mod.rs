@@ -18,6 +18,7 @@ pub mod ownership;
 pub mod process;
 pub mod progress;
 pub mod snapshots;
+pub mod standby;
 
 pub use progress::Progress;
 
