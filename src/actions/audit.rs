@@ -95,7 +95,7 @@ impl Ctx {
                 error!(key = %row.key, event, error = %e, "audit record not delivered");
                 return false;
             }
-            metrics::counter!("tidemark_audit_retries_total").increment(1);
+            crate::telemetry::actions::audit_retried();
             warn!(key = %row.key, event, error = %e, retry_in = ?pause, "outcome audit record not delivered; producing it again");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(OUTCOME_RETRY_CAP);

@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use metrics::counter;
 use tidemark_state::{codec, PartitionId};
 use tracing::error;
 
@@ -13,7 +12,7 @@ use super::{record, Counted, Ctx, POSTING_LOG, REDELIVERY_LOG, STORED_LOG};
 use crate::dispatch::{Delivery, Outcome, Target};
 use crate::engine::outbox::{OutboxRow, RowState};
 use crate::failpoint;
-use crate::telemetry::events::{Segment, DISPATCH, LATENCY};
+use crate::telemetry::events::{Segment, LATENCY};
 
 /// Delivery tasks are at their cap ([`super::MAX_STARTED`]): a new pending row waits in the
 /// outbox for a scan.
@@ -58,7 +57,7 @@ pub(super) fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: 
             }
         }
         if from_scan && row.attempts > 0 {
-            counter!("tidemark_dispatch_redeliveries_total").increment(1);
+            crate::telemetry::actions::redelivered();
             // The log outlives the process: chaos counts these lines, including those of
             // processes killed before their metrics could be scraped.
             tracing::info!(key = %row.key, attempts = row.attempts, "{REDELIVERY_LOG}");
@@ -107,7 +106,7 @@ impl Ctx {
             let outcome = self.dispatcher.attempt_with(&permit, &delivery).await;
             drop(permit);
             crate::telemetry::events::observe(LATENCY, Segment::DispatchToAck, started.elapsed().as_secs_f64());
-            counter!(DISPATCH, "outcome" => outcome.label()).increment(1);
+            crate::telemetry::actions::dispatched(outcome.label());
             match outcome {
                 // Record the outcome before anything else: the time between the endpoint's
                 // answer and this write is the only window in which a crash repeats a POST.
@@ -155,7 +154,7 @@ impl Ctx {
     async fn settle(&self, id: PartitionId, mut row: OutboxRow, outcome: RowState) {
         row.state = outcome;
         if self.persist(id, &row).await {
-            counter!("tidemark_dispatch_settled_from_audit_total").increment(1);
+            crate::telemetry::actions::settled_from_audit();
             let status = match outcome {
                 RowState::Delivered { status } | RowState::Failed { status } => Some(status),
                 RowState::Conflict => Some(409),

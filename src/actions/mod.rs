@@ -75,7 +75,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use metrics::gauge;
 use rdkafka::producer::FutureProducer;
 use tidemark_state::{codec, PartitionId, Store};
 use tidemark_topology::config::Topology;
@@ -195,7 +194,7 @@ pub fn spawn(
                         // whatever the backlog of an endpoint that does not answer.
                         drop(Counted::adopt(&ctx.backlog, &row));
                         unfinished.insert(id.partition);
-                        metrics::counter!("tidemark_outbox_deferred_total").increment(1);
+                        crate::telemetry::actions::outbox_deferred();
                     }
                     Some((id, row)) => deliver::start(&ctx, id, row, false),
                     None => break,
@@ -273,9 +272,8 @@ pub fn dispatcher(t: &Topology, value: Option<OsString>, file: Option<PathBuf>) 
 fn publish_gauges(ctx: &Ctx) {
     let now = chrono::Utc::now().timestamp_millis();
     if let Ok(f) = ctx.in_flight.lock() {
-        gauge!("tidemark_outbox_pending").set(f.len() as f64);
         let oldest = f.values().copied().min().map_or(0.0, |t| ((now - t).max(0) as f64) / 1000.0);
-        gauge!("tidemark_outbox_oldest_pending_age_seconds").set(oldest);
+        crate::telemetry::actions::outbox_pending(f.len(), oldest);
     }
 }
 

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::counter;
 use rdkafka::Message;
 use tidemark_state::Checkpoint;
 use tracing::{error, info, warn};
@@ -56,8 +55,7 @@ pub struct Recall {
 
 impl Recall {
     pub fn new(settings: KafkaSettings, topic: String, settled: Arc<Settled>) -> Self {
-        counter!("tidemark_audit_recalls_total", "outcome" => "ok").absolute(0);
-        counter!("tidemark_audit_recalls_total", "outcome" => "failed").absolute(0);
+        crate::telemetry::actions::recalls_started();
         Recall { settings, topic, settled, sku_partitions: AtomicI32::new(0) }
     }
 
@@ -98,7 +96,7 @@ impl Recall {
                 Ok(records) => {
                     let listed = outcomes.len();
                     self.settled.extend(outcomes);
-                    counter!("tidemark_audit_recalls_total", "outcome" => "ok").increment(1);
+                    crate::telemetry::actions::recalled(true);
                     info!(
                         partitions = ?partitions,
                         since_ms = ?since,
@@ -114,7 +112,7 @@ impl Recall {
                     std::thread::sleep(RETRY_AFTER);
                 }
                 Err(e) => {
-                    counter!("tidemark_audit_recalls_total", "outcome" => "failed").increment(1);
+                    crate::telemetry::actions::recalled(false);
                     error!(
                         topic = %self.topic,
                         partitions = ?partitions,

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use metrics::counter;
 use tidemark_state::{codec, PartitionId, StateError, Store};
 use tracing::error;
 
@@ -46,7 +45,7 @@ pub(super) async fn scan(ctx: &Arc<Ctx>, id: PartitionId, cursor: &mut Option<Ve
         return true;
     };
     if expired > 0 {
-        counter!("tidemark_outbox_expired_total").increment(expired as u64);
+        crate::telemetry::actions::outbox_expired(expired);
     }
     let mut more = expired >= MAX_EXPIRED_PER_SCAN;
     // A full page may have more behind it: the next scan goes on from its last key. A short

@@ -7,6 +7,7 @@
 //! registry when `/metrics` is scraped. Label values are bounded: partition numbers, the
 //! twelve reject reasons, five latency segments, four dispatch outcomes; `source` and `partition` of skipped records; the dead-letter and late `topic` of side-output retries.
 
+pub mod actions;
 pub mod admin;
 pub mod backlog;
 pub mod describe;
