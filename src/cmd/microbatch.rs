@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use metrics::{counter, gauge, histogram};
 use serde::{Deserialize, Serialize};
 use tidemark_state::{codec, PartitionId, Store, StoreOptions};
 use tidemark_topology::config::{self, Topology};
@@ -136,7 +135,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
     progress.store_opened();
     progress.nothing_to_restore();
     // From the start, so the deadline-miss rate reads 0 rather than no data.
-    counter!("tidemark_microbatch_deadline_misses_total").absolute(0);
+    telemetry::microbatch::started();
     let mut runner = SliceRunner::new(
         &store,
         TaskConfig::from_topology(&topology, 0),
@@ -232,12 +231,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
         if let Some(f) = report.as_mut() {
             writeln!(f, "{}", serde_json::to_string(&line)?).context("writing --report")?;
         }
-        histogram!("tidemark_microbatch_slice_seconds").record(duration.as_secs_f64());
-        counter!("tidemark_microbatch_slices_total").increment(1);
-        gauge!("tidemark_microbatch_staleness_bound_seconds").set(staleness.as_secs_f64());
-        if !line.within_deadline {
-            counter!("tidemark_microbatch_deadline_misses_total").increment(1);
-        }
+        telemetry::microbatch::slice(duration, staleness, line.within_deadline);
         let idle = counts.records == 0 && slice.ranges.iter().all(|r| r.from == r.to);
         if stop.load(Ordering::Relaxed)
             || (args.max_slices > 0 && ran >= args.max_slices)

@@ -15,6 +15,7 @@ pub mod disk;
 pub mod events;
 pub mod http;
 pub mod logging;
+pub mod microbatch;
 pub mod ownership;
 pub mod process;
 pub mod progress;
