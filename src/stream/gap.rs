@@ -10,7 +10,6 @@
 
 use std::path::Path;
 
-use metrics::counter;
 use tidemark_state::PartitionId;
 use tracing::warn;
 
@@ -52,8 +51,7 @@ pub fn judge(
 /// Makes the partition's series exist (at 0) from its assignment on, so dashboards and
 /// `absent()`-style checks see it before anything is lost.
 pub fn register(id: PartitionId) {
-    counter!("tidemark_skipped_records_total", "source" => id.role(), "partition" => id.partition.to_string())
-        .increment(0);
+    crate::telemetry::stream::records_skipped(id, 0);
 }
 
 /// Logs and counts an accepted gap.
@@ -66,8 +64,7 @@ pub fn record_skip(id: PartitionId, topic: &str, from: i64, to: i64, lost: i64) 
         lost,
         "records deleted before they were processed; continuing at the log start (--accept-gaps)"
     );
-    counter!("tidemark_skipped_records_total", "source" => id.role(), "partition" => id.partition.to_string())
-        .increment(u64::try_from(lost).unwrap_or(0));
+    crate::telemetry::stream::records_skipped(id, u64::try_from(lost).unwrap_or(0));
 }
 
 #[cfg(test)]

@@ -218,8 +218,7 @@ pub(crate) fn partition_counts(consumer: &Consumer_, topics: &[&str], stop: &Ato
 /// failed for good ([`ConsumerLost`]: a static member fenced after a long broker outage) is
 /// replaced the same way.
 pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
-    metrics::counter!("tidemark_stream_restarts_total", "reason" => "outputs_refused").increment(0);
-    metrics::counter!("tidemark_stream_restarts_total", "reason" => "consumer_lost").increment(0);
+    crate::telemetry::stream::restarts_started(&["outputs_refused", "consumer_lost"]);
     // Back within the session timeout, a static member gets its partitions back unmoved.
     let longest = RESTART_PAUSE_MAX.min(opts.session_timeout / 2).max(RESTART_PAUSE_FIRST);
     let mut pause = RESTART_PAUSE_FIRST;
@@ -233,7 +232,7 @@ pub fn run(opts: StreamOptions) -> anyhow::Result<()> {
                 }
                 let why = format!("{e:#}; the stream starts again from its checkpoint in {} s", pause.as_secs());
                 warn!(error = %why, reason, "the stream starts again in this process; nothing is lost");
-                metrics::counter!("tidemark_stream_restarts_total", "reason" => reason).increment(1);
+                crate::telemetry::stream::restarted(reason);
                 if reason == "outputs_refused" {
                     opts.progress.outputs_blocked(Some(why));
                 }
@@ -816,7 +815,7 @@ impl Runner {
         let mut held = crate::engine::held::Held::default();
         self.tasks.held(&mut held);
         for (kind, n) in held.counts() {
-            metrics::gauge!("tidemark_task_entries", "kind" => kind).set(n as f64);
+            crate::telemetry::stream::task_entries(kind, n);
         }
     }
 

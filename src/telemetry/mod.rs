@@ -21,6 +21,7 @@ pub mod process;
 pub mod progress;
 pub mod snapshots;
 pub mod standby;
+pub mod stream;
 
 pub use progress::Progress;
 
