@@ -22,7 +22,7 @@ pub const LONG_VERSION: &str = env!("TIDEMARK_BUILD_LONG_VERSION");
 /// suffix for a dirty build), so dashboards can tell which build a pod runs.
 pub fn register_metric() {
     let commit = if DIRTY { format!("{COMMIT}-dirty") } else { COMMIT.to_string() };
-    metrics::gauge!("tidemark_build_info", "version" => VERSION, "commit" => commit).set(1.0);
+    crate::telemetry::events::build_info(VERSION, commit);
 }
 
 #[cfg(test)]

@@ -101,6 +101,11 @@ pub fn observe(name: &'static str, segment: Segment, seconds: f64) {
     histogram!(name, "segment" => segment.as_str()).record(seconds);
 }
 
+/// `tidemark_build_info{version, commit}` at 1: which build a pod runs (set once, at start).
+pub fn build_info(version: &'static str, commit: String) {
+    gauge!("tidemark_build_info", "version" => version, "commit" => commit).set(1.0);
+}
+
 pub fn rebalanced() {
     counter!("tidemark_rebalances_total").increment(1);
 }
