@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use metrics::counter;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -111,14 +110,14 @@ impl ProducerContext for DeliveryContext {
                     .unwrap_or_default(),
             };
             r.shrink_if(too_large(e));
-            counter!("tidemark_side_output_retries_total", "topic" => r.topic.clone()).increment(1);
+            crate::telemetry::outputs::side_output_retried(&r.topic);
             if let Ok(mut q) = self.resend.lock() {
                 q.push(r);
                 return;
             }
         }
         // Logged once per flush, by the stream (one line, not one per record).
-        counter!("tidemark_output_refusals_total", "topic" => msg.topic().to_string()).increment(1);
+        crate::telemetry::outputs::output_refused(msg.topic());
         self.refuse(msg.topic(), &e.to_string());
     }
 }
@@ -175,8 +174,7 @@ impl OutputSink {
                 ..DeliveryContext::default()
             })?;
         for topic in [&t.dead_letter.topic, &t.late.topic] {
-            counter!("tidemark_side_output_retries_total", "topic" => topic.clone()).increment(0);
-            counter!("tidemark_side_outputs_truncated_total", "topic" => topic.clone()).increment(0);
+            crate::telemetry::outputs::side_output_registered(topic);
         }
         for topic in [
             &t.dashboard.topic,
@@ -186,7 +184,7 @@ impl OutputSink {
             &t.dashboard_combined.topic,
             &t.finance_provisional_combined.topic,
         ] {
-            counter!("tidemark_output_refusals_total", "topic" => topic.clone()).increment(0);
+            crate::telemetry::outputs::output_registered(topic);
         }
         Ok(OutputSink {
             producer,
@@ -268,7 +266,7 @@ impl OutputSink {
             if side && oversized {
                 let mut resend = Resend::of(self.topic(r.sink), r);
                 truncate_to_fit(&mut resend.key, &mut resend.value, &mut resend.headers, MAX_SIDE_OUTPUT_BYTES);
-                counter!("tidemark_side_outputs_truncated_total", "topic" => resend.topic.clone()).increment(1);
+                crate::telemetry::outputs::side_output_truncated(&resend.topic);
                 self.send_side(resend);
                 continue;
             }
@@ -308,7 +306,7 @@ impl OutputSink {
                         // Refused locally (larger than message.max.bytes, unknown partition):
                         // the batch is not committed, as when the broker refuses it.
                         let topic = self.topic(r.sink);
-                        counter!("tidemark_output_refusals_total", "topic" => topic.to_string()).increment(1);
+                        crate::telemetry::outputs::output_refused(topic);
                         self.producer.context().refuse(topic, &e.to_string());
                         break;
                     }
@@ -340,7 +338,7 @@ impl OutputSink {
                 }
                 Err((e, _)) => {
                     let size_refused = too_large(&e);
-                    counter!("tidemark_side_output_retries_total", "topic" => r.topic.clone()).increment(1);
+                    crate::telemetry::outputs::side_output_retried(&r.topic);
                     r.shrink_if(size_refused);
                     if size_refused {
                         continue;

@@ -16,6 +16,7 @@ pub mod events;
 pub mod http;
 pub mod logging;
 pub mod microbatch;
+pub mod outputs;
 pub mod ownership;
 pub mod process;
 pub mod progress;
