@@ -514,15 +514,7 @@ fn a_jdbc_sink_upserts_the_combined_topics_into_postgres_equal_to_the_query_also
     let watcher = watch_versions(sql, "dashboard_replay", Arc::clone(&stop));
     let state = tempfile::tempdir().expect("tmp");
     let (dir, group) = (state.path().join("state"), unique("g"));
-    // Outputs acknowledged, state not written: the restart produces again what the topics hold.
-    let mut child = spawn_run(&killed, &dir, &group, &[("TIDEMARK_FAILPOINTS", "commit.after_outputs_before_state=3")]);
-    assert!(!child.wait().expect("wait").success(), "the failpoint must abort the process");
-    // A SIGKILL in the middle of a run.
-    let mut child = spawn_run(&killed, &dir, &group, &[]);
-    std::thread::sleep(Duration::from_millis(1500));
-    child.kill().expect("SIGKILL");
-    child.wait().expect("wait");
-    run_to_end(&killed, &dir, &group);
+    crash_twice_then_run_to_end(&killed, &dir, &group);
 
     let query = query_dashboard(&killed);
     await_equal("dashboard table after a crash and a replay", &connect, &query, || {

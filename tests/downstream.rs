@@ -172,16 +172,8 @@ fn after_a_restart_a_crash_and_a_replay_the_rows_a_consumer_keeps_are_byte_ident
     generate(&orders, GEN_MORE);
     run_to_end(&clean, &state.path().join("clean"), &unique("g"));
 
-    // Outputs acknowledged, state not written: the restart replays and re-sends partials
-    // and combined rows the log already holds.
-    let mut child = spawn_run(&killed, &dir, &group, &[("TIDEMARK_FAILPOINTS", "commit.after_outputs_before_state=3")]);
-    assert!(!child.wait().expect("wait").success(), "the failpoint must abort the process");
-    // A SIGKILL at an arbitrary moment of a running process.
-    let mut child = spawn_run(&killed, &dir, &group, &[]);
-    std::thread::sleep(Duration::from_millis(1500));
-    child.kill().expect("SIGKILL");
-    child.wait().expect("wait");
-    run_to_end(&killed, &dir, &group);
+    // The restarts replay and re-send partials and combined rows the log already holds.
+    crash_twice_then_run_to_end(&killed, &dir, &group);
 
     for (name, topic) in [("dashboard", dashboard_combined as fn(&Topo) -> String), ("finance", finance_combined)] {
         let after_crash = upsert_into_sqlite(&topic(&killed));

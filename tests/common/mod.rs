@@ -146,6 +146,20 @@ pub fn run_to_end(t: &Topo, state: &Path, group: &str) -> String {
     run_to_end_with(t, state, group, &[])
 }
 
+/// A crash history, then a clean run to the end of the log on the same state: a process
+/// aborted at its third commit between the outputs and the state (outputs acknowledged,
+/// state not written: the restart produces again what the topics hold), one SIGKILLed
+/// 1.5 s into its run, and a last one that drains the log.
+pub fn crash_twice_then_run_to_end(t: &Topo, state: &Path, group: &str) {
+    let mut child = spawn_run(t, state, group, &[("TIDEMARK_FAILPOINTS", "commit.after_outputs_before_state=3")]);
+    assert!(!child.wait().expect("wait").success(), "the failpoint must abort the process");
+    let mut child = spawn_run(t, state, group, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    run_to_end(t, state, group);
+}
+
 /// [`run_to_end`] with these environment variables (`TIDEMARK_*` flags).
 pub fn run_to_end_with(t: &Topo, state: &Path, group: &str, env: &[(&str, &str)]) -> String {
     let mut c = run_command(t, state, group);
