@@ -157,10 +157,14 @@ impl Pod {
         let started = Instant::now();
         while started.elapsed() < grace {
             if let Some(status) = c.try_wait()? {
+                if !status.success() {
+                    eprintln!("[chaos]   {}: exited with {status} after SIGTERM", self.name);
+                }
                 return Ok(status.success());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        eprintln!("[chaos]   {}: still running {} s after SIGTERM; killed", self.name, grace.as_secs());
         c.kill()?;
         c.wait()?;
         Ok(false)

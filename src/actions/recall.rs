@@ -17,7 +17,7 @@
 //! the dispatcher's owned set, so no row of theirs can be dispatched before it ends.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,12 +51,15 @@ pub struct Recall {
     /// The SKU repartition topic's partition count (known once the consumer has read the
     /// metadata; 0 before: then no outcome is filtered out).
     sku_partitions: AtomicI32,
+    /// The process's stop flag: a recall under way when it is set is abandoned (nothing is
+    /// dispatched once it is set, so no outcome is needed any more).
+    stop: Arc<AtomicBool>,
 }
 
 impl Recall {
-    pub fn new(settings: KafkaSettings, topic: String, settled: Arc<Settled>) -> Self {
+    pub fn new(settings: KafkaSettings, topic: String, settled: Arc<Settled>, stop: Arc<AtomicBool>) -> Self {
         crate::telemetry::actions::recalls_started();
-        Recall { settings, topic, settled, sku_partitions: AtomicI32::new(0) }
+        Recall { settings, topic, settled, sku_partitions: AtomicI32::new(0), stop }
     }
 
     pub fn set_sku_partitions(&self, n: i32) {
@@ -67,6 +70,9 @@ impl Recall {
     /// read starts: [`recall_since`]) the audit topic holds, in one read from the earliest.
     /// Blocking. Returns the outcomes listed; a read that fails after retries is logged as
     /// an error and counted: those partitions' completed actions may then be sent again.
+    /// Once the stop flag is set the read ends within about a second and lists nothing: the
+    /// dispatcher starts no attempt after a stop, so a SIGTERM during a broker outage is not
+    /// held up by the recall's retries.
     pub fn before_dispatch(&self, resumed: &[(i32, Option<i64>)]) -> usize {
         if resumed.is_empty() {
             return 0;
@@ -77,11 +83,15 @@ impl Recall {
         let wanted = |sku: &str| n <= 0 || partitions.contains(&sku_partition(sku, n));
         let started = Instant::now();
         for attempt in 1..=ATTEMPTS {
+            if self.stop.load(Ordering::Relaxed) {
+                info!(partitions = ?partitions, "stopping: the audit topic read before dispatching is abandoned");
+                return 0;
+            }
             // A key's records share an audit partition, in order: an operator's `resend`
             // (`tidemark actions resend`) after a failure makes the row pending again, and
             // undoes the outcome before it.
             let mut outcomes: HashMap<String, RowState> = HashMap::new();
-            let read = reader::scan_topic(&self.settings, &self.topic, since, |msg| {
+            let read = reader::scan_topic(&self.settings, &self.topic, since, &self.stop, |msg| {
                 match msg.payload().and_then(audit_event_in) {
                     Some(AuditEvent::Outcome(o)) if wanted(&o.sku) => {
                         outcomes.insert(o.key, o.state);
@@ -107,9 +117,16 @@ impl Recall {
                     );
                     return listed;
                 }
+                Err(e) if e.is::<reader::Stopped>() => {
+                    info!(partitions = ?partitions, "stopping: the audit topic read before dispatching is abandoned");
+                    return 0;
+                }
                 Err(e) if attempt < ATTEMPTS => {
                     warn!(topic = %self.topic, attempt, error = %format!("{e:#}"), "cannot read the audit topic; retrying");
-                    std::thread::sleep(RETRY_AFTER);
+                    let waiting = Instant::now();
+                    while waiting.elapsed() < RETRY_AFTER && !self.stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
                 }
                 Err(e) => {
                     crate::telemetry::actions::recalled(false);

@@ -164,6 +164,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         opts.settings.clone(),
         opts.topology.audit.topic.clone(),
         Arc::clone(&actions.settled),
+        Arc::clone(&stop),
     )));
     let snapshots = snapshot_config(&args.snapshot_dir, args.snapshot_interval, args.snapshot_keep, &opts)?;
     let standbys_on = args.standbys == "all";

@@ -1,6 +1,7 @@
 //! Reads a whole topic up to the high watermarks seen at the start: the bounded reads used by
 //! `query`, tests and batch modes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -11,6 +12,13 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use super::KafkaSettings;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one blocking broker call may hold a scan before it looks at its stop flag.
+const SLICE: Duration = Duration::from_secs(1);
+
+/// The error of a scan abandoned because its stop flag was set.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped before the read ended")]
+pub struct Stopped;
 
 /// Every committed record of `topic`, in partition order then offset order.
 pub fn read_topic(settings: &KafkaSettings, topic: &str) -> anyhow::Result<Vec<OwnedMessage>> {
@@ -25,7 +33,7 @@ pub fn read_topic_since(settings: &KafkaSettings, topic: &str, since_ms: i64) ->
 
 fn read_topic_from(settings: &KafkaSettings, topic: &str, since_ms: Option<i64>) -> anyhow::Result<Vec<OwnedMessage>> {
     let mut out: Vec<OwnedMessage> = Vec::new();
-    scan_topic(settings, topic, since_ms, |msg| out.push(msg.detach()))?;
+    scan_topic(settings, topic, since_ms, &AtomicBool::new(false), |msg| out.push(msg.detach()))?;
     out.sort_by_key(|m| (m.partition(), m.offset()));
     Ok(out)
 }
@@ -34,10 +42,15 @@ fn read_topic_from(settings: &KafkaSettings, topic: &str, since_ms: Option<i64>)
 /// (broker time; `None` or a time at or before the epoch: from the start), up to the high
 /// watermarks seen at the start, without keeping them: in offset order per partition,
 /// partitions interleaved. Returns how many records it saw.
+///
+/// Every broker call is retried in [`SLICE`]s for up to [`TIMEOUT`]; between slices `stop` is
+/// read, and once it is set the scan ends with [`Stopped`] within about a second (a process
+/// told to stop during a broker outage does not wait out the timeouts).
 pub fn scan_topic(
     settings: &KafkaSettings,
     topic: &str,
     since_ms: Option<i64>,
+    stop: &AtomicBool,
     mut each: impl FnMut(&BorrowedMessage<'_>),
 ) -> anyhow::Result<usize> {
     // A negative time is a sentinel to the broker (-1 latest, -2 earliest), never a time.
@@ -49,7 +62,7 @@ pub fn scan_topic(
         .set("isolation.level", "read_committed")
         .create()
         .context("creating reader")?;
-    let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT).context("fetching metadata")?;
+    let metadata = sliced(stop, |t| consumer.fetch_metadata(Some(topic), t)).context("fetching metadata")?;
     let partitions: Vec<i32> = metadata
         .topics()
         .iter()
@@ -63,7 +76,8 @@ pub fn scan_topic(
         for p in &partitions {
             query.add_partition_offset(topic, *p, Offset::Offset(ms))?;
         }
-        let found = consumer.offsets_for_times(query, TIMEOUT).context("looking up offsets by append time")?;
+        let found = sliced(stop, |t| consumer.offsets_for_times(query.clone(), t))
+            .context("looking up offsets by append time")?;
         for e in found.elements() {
             starts.insert(e.partition(), e.offset());
         }
@@ -72,7 +86,8 @@ pub fn scan_topic(
     let mut remaining = 0usize;
     let mut ends = std::collections::BTreeMap::new();
     for p in &partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, *p, TIMEOUT)?;
+        let (low, high) = sliced(stop, |t| consumer.fetch_watermarks(topic, *p, t))
+            .with_context(|| format!("reading the watermarks of {topic}[{p}]"))?;
         let start = match starts.get(p) {
             None => Offset::Beginning,
             // No record at or after the time: nothing to read in this partition.
@@ -93,6 +108,9 @@ pub fn scan_topic(
     consumer.assign(&tpl)?;
     let mut last_progress = Instant::now();
     while remaining > 0 {
+        if stop.load(Ordering::Relaxed) {
+            return Err(Stopped.into());
+        }
         anyhow::ensure!(last_progress.elapsed() < TIMEOUT, "reading {topic}: no progress for {TIMEOUT:?}");
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else { continue };
         let msg = msg?;
@@ -109,4 +127,53 @@ pub fn scan_topic(
         }
     }
     Ok(seen)
+}
+
+/// `call` with a timeout of one [`SLICE`], again while it fails, until it succeeds, [`TIMEOUT`]
+/// has passed (its last error) or `stop` is set ([`Stopped`]).
+fn sliced<T>(stop: &AtomicBool, mut call: impl FnMut(Duration) -> rdkafka::error::KafkaResult<T>) -> anyhow::Result<T> {
+    let started = Instant::now();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(Stopped.into());
+        }
+        let tried = Instant::now();
+        match call(SLICE) {
+            Ok(v) => return Ok(v),
+            Err(e) if started.elapsed() >= TIMEOUT => return Err(e.into()),
+            Err(_) => {
+                // A call that failed at once (no broker up) waits out the rest of its slice.
+                if let Some(rest) = SLICE.checked_sub(tried.elapsed()) {
+                    std::thread::sleep(rest.min(Duration::from_millis(200)));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_under_a_set_stop_flag_ends_as_stopped_even_under_context() {
+        let stop = AtomicBool::new(true);
+        let result: anyhow::Result<()> = sliced(&stop, |_| Ok(())).context("fetching metadata");
+        assert!(result.is_err_and(|e| e.is::<Stopped>()));
+    }
+
+    #[test]
+    fn a_failing_call_is_tried_again_until_the_stop_flag_is_set() {
+        let stop = AtomicBool::new(false);
+        let mut calls = 0;
+        let result: anyhow::Result<()> = sliced(&stop, |_| {
+            calls += 1;
+            if calls == 3 {
+                stop.store(true, Ordering::Relaxed);
+            }
+            Err(rdkafka::error::KafkaError::MetadataFetch(rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure))
+        });
+        assert!(result.is_err_and(|e| e.is::<Stopped>()));
+        assert_eq!(calls, 3);
+    }
 }

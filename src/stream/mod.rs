@@ -153,6 +153,19 @@ const SETTLE: Duration = Duration::from_secs(30);
 #[error("stopped while waiting for the broker")]
 pub struct StoppedWaiting;
 
+/// `Ok(true)` for a wait for the broker cut short by a stop (a SIGTERM during an outage, while
+/// a partition was being restored or its log start read): the loop then ends as on any stop,
+/// with the final commit of the tasks it has, and the process exits cleanly.
+fn stopped_waiting(result: anyhow::Result<()>) -> anyhow::Result<bool> {
+    match result {
+        Err(e) if e.is::<StoppedWaiting>() => {
+            info!(reason = %format!("{e:#}"), "stopping while waiting for the broker");
+            Ok(true)
+        }
+        other => other.map(|()| false),
+    }
+}
+
 /// Retries `f` with growing pauses (100 ms doubling to 5 s), warning at once and then every
 /// 10 s, until it succeeds, `limit` has passed (then the last error), or a stop is asked for
 /// ([`StoppedWaiting`]). With `progress`, liveness is beaten meanwhile: a running process
@@ -414,13 +427,17 @@ impl Runner {
                     break;
                 }
                 let polled = consumer.poll((deadline - now).min(Duration::from_millis(100)));
-                self.handle_assignment(consumer)?;
+                if stopped_waiting(self.handle_assignment(consumer))? {
+                    break;
+                }
                 match polled {
                     None => {}
                     Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
                         // Which partition is not said: look at every task's log start.
                         warn!(error = %e, "a fetch position is outside the log");
-                        self.check_gaps(consumer)?;
+                        if stopped_waiting(self.check_gaps(consumer))? {
+                            break;
+                        }
                     }
                     Some(Err(e @ rdkafka::error::KafkaError::MessageConsumptionFatal(_))) => {
                         // librdkafka gives a fatally failed consumer up for good (e.g. fenced
