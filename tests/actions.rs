@@ -344,6 +344,49 @@ fn a_kill_between_a_2xx_and_the_outbox_update_and_the_whole_log_replayed_create_
     eprintln!("{} keys, {repeats} repeated across the crash", got.len());
 }
 
+/// Fences in `topic`: records whose value is the fence value (the stream skips them).
+fn fences_in(topic: &str) -> usize {
+    read(topic).iter().filter(|m| tidemark_topology::fence::is_fence(m.payload())).count()
+}
+
+#[test]
+fn with_fences_idle_partitions_release_the_merge_without_the_clock_skew_and_the_actions_are_those_of_a_clock_run() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let fence_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let clock_server = rt.block_on(TestServer::start(Behaviour::Ok)).expect("server");
+    let all_act = firing_rules("act", "act", "act");
+    // A clock promise 10 minutes behind: under it no action of this test could be released
+    // before the wait below gives up. Only fences can release the merge in time.
+    let fenced =
+        over(&unique("act"), &all_act, fence_server.url("/a").as_str(), fence_server.url("/n").as_str(), |t| {
+            assert!(
+                t.contains("\nidle_skew = \"2s\"\n") && t.contains("\nidle_promise = \"clock\"\n"),
+                "the example sets both"
+            );
+            t.replace("\nidle_skew = \"2s\"\n", "\nidle_skew = \"10m\"\n")
+                .replace("\nidle_promise = \"clock\"\n", "\nidle_promise = \"fence\"\n")
+        });
+    let _run = start(&fenced);
+    generate(&fenced.orders, GEN_ACTIONS);
+    // The same log (fences included, as the fencing process appends them meanwhile) read
+    // with the clock promise, to the end.
+    let clock = sibling(&fenced, &all_act, clock_server.url("/a").as_str(), |t| t);
+    let reference = by_key(&run_through(&clock, &clock_server));
+    assert!(reference.len() >= 3, "the history must fire several actions, got {}", reference.len());
+    let got = wait_for(Duration::from_secs(120), "the fencing process to send every key of the clock run", || {
+        let got = by_key(&fence_server.requests());
+        reference.keys().all(|k| got.contains_key(k)).then_some(got)
+    });
+    assert_eq!(got.keys().collect::<Vec<_>>(), reference.keys().collect::<Vec<_>>(), "the same action keys");
+    for (k, bodies) in &got {
+        assert_eq!(bodies[0], reference[k][0], "payload of {k}");
+    }
+    let inventory = format!("{}.inventory", fenced.orders);
+    assert!(fences_in(&inventory) > 0, "the idle inventory partitions were fenced");
+    // Neither run took a fence for an input record.
+    assert_eq!(read(&fenced.topo.dead_letter).len(), read(&clock.topo.dead_letter).len(), "the same dead letters");
+}
+
 /// [`GEN_ACTIONS`] continued: another seed (other event ids) five minutes of event time later.
 fn gen_actions_later() -> Vec<&'static str> {
     let mut args = GEN_ACTIONS.to_vec();

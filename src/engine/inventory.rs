@@ -51,6 +51,12 @@ impl InventoryTask {
     /// Validates one snapshot and forwards it (or dead-letters it) at once: snapshots carry
     /// no state here, so there is nothing to stage.
     pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
+        if tidemark_topology::fence::is_fence(rec.value) {
+            // No event: only the promise its append time carries (the next mark). Not staged
+            // on its own: a replay after a crash reads it again.
+            self.checkpoint.pass_fence(rec.offset, rec.append_ms);
+            return false;
+        }
         if !self.checkpoint.advance(rec.offset, rec.append_ms) {
             return false;
         }

@@ -168,8 +168,15 @@ impl PartitionTask {
         }
     }
 
-    /// Step 1 for one record. Returns `false` when the record was already processed.
+    /// Step 1 for one record. Returns `false` when the record was already processed or is a
+    /// fence (no input record: nothing to count).
     pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
+        if tidemark_topology::fence::is_fence(rec.value) {
+            // No event: only the promise its append time carries (the next mark). Not staged
+            // on its own: a replay after a crash reads it again.
+            self.checkpoint.pass_fence(rec.offset, rec.append_ms);
+            return false;
+        }
         if !self.checkpoint.advance(rec.offset, rec.append_ms) {
             return false;
         }

@@ -12,7 +12,8 @@
 //!    partial derived so far was acknowledged, hence lies below them), together with the
 //!    upstream tasks' positions; a combine task's rows are then written and acknowledged
 //!    by the commit that consumed them. A look stays valid while those positions
-//!    stay the same, i.e. nothing was derived since. Progress marks appended after the look
+//!    stay the same, i.e. nothing was derived since (upstream positions count the records
+//!    applied, so fences a fencing process appends meanwhile do not move them). Progress marks appended after the look
 //!    are not waited for: with nothing buffered they release nothing, and a caught-up
 //!    upstream writes a new one every commit, so a look at the newest would never be reached;
 //! 5. no outbox row of an owned SKU partition is still `Pending` (rows a full hand-over
@@ -162,7 +163,9 @@ impl Runner {
         Ok(backlog.is_empty())
     }
 
-    /// Next offsets of the upstream tasks, and of the internal (SKU, combine) tasks.
+    /// Records applied by the upstream tasks (fences, which derive nothing, do not count: a
+    /// fencing process beside this one would otherwise move them at every commit and no look
+    /// would ever be reached), and next offsets of the internal (SKU, combine) tasks.
     fn positions(&self) -> (BTreeMap<PartitionId, i64>, BTreeMap<PartitionId, i64>) {
         let mut upstream = BTreeMap::new();
         let mut internal = BTreeMap::new();
@@ -170,7 +173,7 @@ impl Runner {
             if is_internal(id.source) {
                 internal.insert(*id, t.next_offset());
             } else {
-                upstream.insert(*id, t.next_offset());
+                upstream.insert(*id, i64::try_from(t.checkpoint().records).unwrap_or(i64::MAX));
             }
         }
         (upstream, internal)

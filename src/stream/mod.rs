@@ -8,6 +8,7 @@
 
 mod committer;
 mod drain;
+mod fence;
 mod gap;
 mod partitions;
 
@@ -125,6 +126,8 @@ struct Runner {
     held_at: Option<Instant>,
     /// Snapshot imports under way (their partitions assigned, paused, without a task).
     imports: Imports,
+    /// With `internal.idle_promise = "fence"`: fences idle upstream partitions.
+    fencer: Option<fence::Fencer>,
 }
 
 /// How often the tasks' entry counts are published (a walk over every SKU state).
@@ -374,6 +377,18 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         latencies: latencies.clone(),
     })?;
     let drain = drain::Drain::new(opts.drain_timeout);
+    let fencer = match t.idle_promise.fence_every_ms() {
+        Some(every_ms) => {
+            crate::telemetry::stream::fences_started();
+            let every = Duration::from_millis(u64::try_from(every_ms).unwrap_or(0));
+            info!(
+                every_ms,
+                "idle upstream partitions are fenced (internal.idle_promise = \"fence\"): no clock promise"
+            );
+            Some(fence::Fencer::new(&opts.settings, every)?)
+        }
+        None => None,
+    };
     let mut runner = Runner {
         opts,
         store,
@@ -389,6 +404,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         drain,
         held_at: None,
         imports: Imports::default(),
+        fencer,
     };
     let result = runner.run_loop(&consumer);
     // No import outlives the stream (it writes the store this run's restart reopens).
@@ -793,7 +809,18 @@ impl Runner {
     /// past a record already appended. Either is sent at most once per commit and only when it moved:
     /// every idle promise held back delays each SKU release by as much (it was throttled to
     /// one per 500 ms, which added up to 500 ms to every action).
+    ///
+    /// With `internal.idle_promise = "fence"` ([`fence`]) no clock promise is made: an idle
+    /// partition is fenced, and the fence's append time, once read, is its effective append
+    /// time.
     fn marks(&mut self, consumer: &Consumer_) {
+        if let Some(fencer) = &mut self.fencer {
+            if !self.paused {
+                fencer.tick(self.tasks.upstreams(), Instant::now());
+            }
+            self.tasks.marks(|_| true, |_, _| None, &mut self.out);
+            return;
+        }
         let (now, now_ms) = (Instant::now(), chrono::Utc::now().timestamp_millis());
         let skew = self.opts.topology.idle_skew_ms + LOG_END_OBSERVED_BEFORE_REPORT_MS;
         let paused = self.paused;

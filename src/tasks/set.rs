@@ -58,7 +58,8 @@ pub struct Ingested {
     pub id: PartitionId,
     /// The append time the task saw (the record's, or the partition's latest without one).
     pub append_ms: i64,
-    /// False for a record below the task's checkpoint (a re-delivery after a seek).
+    /// False for a record below the task's checkpoint (a re-delivery after a seek) and for a
+    /// fence (`tidemark_topology::fence`: a promise, no input record).
     pub counted: bool,
 }
 
@@ -140,6 +141,15 @@ impl TaskSet {
 
     pub fn iter(&self) -> impl Iterator<Item = (&PartitionId, &Task)> {
         self.tasks.iter()
+    }
+
+    /// The upstream tasks (those that mark the SKU merge: orders and inventory), each with its
+    /// topic and next offset.
+    pub fn upstreams(&self) -> impl Iterator<Item = (PartitionId, &str, i64)> + '_ {
+        self.tasks
+            .iter()
+            .filter(|(_, task)| matches!(task, Task::Orders(_) | Task::Inventory(_)))
+            .map(|(id, task)| (*id, self.sources.topic_of(*id), task.next_offset()))
     }
 
     pub fn tasks(&self) -> impl Iterator<Item = &Task> {

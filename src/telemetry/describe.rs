@@ -48,6 +48,7 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
     ("tidemark_state_volume_available_bytes", Gauge, "Bytes available on the volume holding --state-dir"),
     ("tidemark_state_memory_bytes", Gauge, "Memory the state store holds by RocksDB's accounting, by kind"),
     ("tidemark_task_entries", Gauge, "Entries the tasks hold in memory, by kind"),
+    ("tidemark_fences_total", Counter, "Fence records appended to idle input partitions (internal.idle_promise = fence), by outcome"),
     ("tidemark_task_transitions_refused_total", Counter, "Task state changes the lifecycle refused (a defect)"),
     ("tidemark_skipped_records_total", Counter, "Records deleted by retention before they were processed, skipped under --accept-gaps"),
     ("tidemark_side_outputs_truncated_total", Counter, "Dead-letter and late records cut to fit their topic"),

@@ -28,3 +28,15 @@ pub fn records_skipped(id: PartitionId, lost: u64) {
 pub fn task_entries(kind: &'static str, entries: usize) {
     gauge!("tidemark_task_entries", "kind" => kind).set(entries as f64);
 }
+
+/// Makes both outcome series of `tidemark_fences_total` exist (at 0).
+pub fn fences_started() {
+    for outcome in ["appended", "failed"] {
+        counter!("tidemark_fences_total", "outcome" => outcome).increment(0);
+    }
+}
+
+/// A fence appended to an idle input partition (`appended`), or one that failed.
+pub fn fence(appended: bool) {
+    counter!("tidemark_fences_total", "outcome" => if appended { "appended" } else { "failed" }).increment(1);
+}

@@ -27,6 +27,18 @@ impl Checkpoint {
         true
     }
 
+    /// Moves past a fence record (`tidemark_topology::fence`): its append time raises the
+    /// effective append time, so the promise it carries holds for every later record, but it
+    /// is no input record. `false` when it is below the checkpoint.
+    pub fn pass_fence(&mut self, offset: i64, append_ms: i64) -> bool {
+        if offset < self.next_offset {
+            return false;
+        }
+        self.next_offset = offset + 1;
+        self.max_append_ms = self.max_append_ms.max(append_ms);
+        true
+    }
+
     /// Moves past offsets that held no record for the application: transaction markers,
     /// aborted records, or (only when an operator accepted the gap) records deleted by
     /// retention. `false` when `offset` is not ahead of the checkpoint.
@@ -50,6 +62,15 @@ mod tests {
         assert!(c.advance(7, 100));
         assert!(c.advance(8, 50));
         assert_eq!((c.next_offset, c.max_append_ms, c.records), (9, 100, 2));
+    }
+
+    #[test]
+    fn a_fence_moves_the_offset_and_the_append_time_but_counts_no_record() {
+        let mut c = Checkpoint { next_offset: 5, max_append_ms: 100, records: 3, ..Checkpoint::default() };
+        assert!(!c.pass_fence(4, 900));
+        assert!(c.pass_fence(6, 900));
+        assert!(c.pass_fence(7, 800));
+        assert_eq!((c.next_offset, c.max_append_ms, c.records), (8, 900, 3));
     }
 
     #[test]

@@ -14,8 +14,10 @@ use serde::Deserialize;
 use crate::normalize::{NormalizeLimits, DEFAULT_MAX_IDENTIFIER_BYTES};
 use crate::window::WindowPolicy;
 
+mod idle_promise;
 mod rule_mode;
 mod sink_format;
+pub use idle_promise::{IdlePromise, UnknownIdlePromise};
 pub use rule_mode::{RuleMode, UnknownRuleMode};
 pub use sink_format::{SinkFormat, UnknownSinkFormat};
 
@@ -61,6 +63,8 @@ pub struct Topology {
     /// How far the broker's clock may run behind ours: bounds an idle upstream's promise
     /// about future append times, and so the extra latency of the SKU merge.
     pub idle_skew_ms: i64,
+    /// How an idle upstream partition promises progress (`internal.idle_promise`).
+    pub idle_promise: IdlePromise,
     pub endpoints: Endpoints,
     pub dedup_retention_ms: i64,
     pub commit_interval_ms: u64,
@@ -402,6 +406,18 @@ struct RawInternal {
     combine_repartition: RawTopic,
     #[serde(default = "default_idle_skew")]
     idle_skew: String,
+    #[serde(default = "default_idle_promise")]
+    idle_promise: String,
+    #[serde(default = "default_fence_every")]
+    fence_every: String,
+}
+
+fn default_idle_promise() -> String {
+    IdlePromise::default().as_str().into()
+}
+
+fn default_fence_every() -> String {
+    "20ms".into()
 }
 
 fn default_idle_skew() -> String {
@@ -729,6 +745,11 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
     let sku_repartition = c.topic("internal.sku_repartition", raw.internal.sku_repartition);
     let combine_repartition = c.topic("internal.combine_repartition", raw.internal.combine_repartition);
     let idle_skew_ms = c.duration_ms("internal.idle_skew", &raw.internal.idle_skew).unwrap_or(2_000);
+    let fence_every_ms = c.positive_ms("internal.fence_every", &raw.internal.fence_every).unwrap_or(20);
+    let idle_promise = IdlePromise::parse(&raw.internal.idle_promise, fence_every_ms).unwrap_or_else(|e| {
+        c.error("internal.idle_promise", e.to_string());
+        IdlePromise::default()
+    });
     let endpoint_timeout = c.positive_ms("endpoints.timeout", &raw.endpoints.timeout).unwrap_or(5_000);
     for (path, url) in
         [("endpoints.action_url", &raw.endpoints.action_url), ("endpoints.notify_url", &raw.endpoints.notify_url)]
@@ -887,6 +908,7 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         finance_provisional_combined_format,
         combine_repartition,
         idle_skew_ms,
+        idle_promise,
         endpoints: Endpoints {
             action_url: raw.endpoints.action_url,
             notify_url: raw.endpoints.notify_url,

@@ -5,6 +5,7 @@
 //! - [`event`]: the canonical order event every mode works on, and the inventory snapshot.
 //! - [`reject`]: machine-readable reasons a source record is dead-lettered.
 //! - [`normalize`]: the one shared layer that turns schema v1/v2 bytes into canonical events.
+//! - [`fence`]: fence records, the exact progress promise of an idle input partition.
 //! - [`logical`]: logical time (append time, topic, partition, offset) of a source record.
 //! - [`config`]: the topology file (TOML): load, validate, report every error with its place.
 //! - [`figures`]: the figures of a dashboard or finance row (orders, units or events, money), defined once.
@@ -23,6 +24,7 @@ pub mod connect_json;
 pub mod currency;
 pub mod dashboard;
 pub mod event;
+pub mod fence;
 pub mod figures;
 pub mod finance;
 pub mod gen;

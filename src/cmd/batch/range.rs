@@ -178,7 +178,7 @@ impl Log {
     }
 
     /// Reads `[from, to)` of one partition in offset order, calling `f(offset, key, value,
-    /// append_ms)` once per record. `to` must not exceed the high watermark seen at open.
+    /// append_ms)` once per record (fences skipped). `to` must not exceed the high watermark seen at open.
     pub fn read(
         &self,
         partition: i32,
@@ -228,8 +228,11 @@ impl Log {
                 warned = true;
                 warn!(topic = %self.topic, partition, "records lack LogAppendTime: their producer timestamps stand in for append times");
             }
-            f(offset, msg.key(), msg.payload().unwrap_or_default(), msg.timestamp().to_millis().unwrap_or(0));
-            read += 1;
+            // A fence is a progress promise of the stream, no input record: no mode counts it.
+            if !tidemark_topology::fence::is_fence(msg.payload()) {
+                f(offset, msg.key(), msg.payload().unwrap_or_default(), msg.timestamp().to_millis().unwrap_or(0));
+                read += 1;
+            }
             progress.tick(1);
             if offset + 1 >= to {
                 break;
