@@ -83,7 +83,11 @@ impl Ctx {
             // once no attempt is under way. Not owned any more: the next owner sends it.
             let Some(attempt) = self.gate.enter(id.partition) else { break };
             row.attempts += 1;
-            if !self.persist(id, &row).await {
+            // The attempt count before the POST, without an fsync of its own: the row is
+            // durable since its SKU commit, a process crash keeps this write, and a host crash
+            // that loses it makes the row's next POST a repeat of this one, as any crash
+            // before the outcome is stored does. The outcome is stored with fsync.
+            if !self.write_row(id, &row, false).await {
                 break;
             }
             // With the line below, the log says which POSTs a crash may repeat: one this
@@ -180,6 +184,11 @@ impl Ctx {
 
     /// Durable row update, off the async threads (it fsyncs).
     async fn persist(&self, id: PartitionId, row: &OutboxRow) -> bool {
+        self.write_row(id, row, true).await
+    }
+
+    /// Row update, off the async threads; with `synced`, durable (fsync) when it returns.
+    async fn write_row(&self, id: PartitionId, row: &OutboxRow, synced: bool) -> bool {
         let store = Arc::clone(&self.store);
         let key = row.key.clone();
         let bytes = match codec::encode(row) {
@@ -190,7 +199,14 @@ impl Ctx {
             }
         };
         let index = row.index();
-        match tokio::task::spawn_blocking(move || store.outbox_update(id, &key, &bytes, index)).await {
+        let write = move || {
+            if synced {
+                store.outbox_update(id, &key, &bytes, index)
+            } else {
+                store.outbox_update_unsynced(id, &key, &bytes, index)
+            }
+        };
+        match tokio::task::spawn_blocking(write).await {
             Ok(Ok(())) => true,
             Ok(Err(e)) => {
                 error!(key = %row.key, error = %e, "cannot update the outbox row");

@@ -15,7 +15,7 @@
 //! a crash between flush and write in the synchronous order.
 
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -54,6 +54,8 @@ pub struct Committer {
     jobs: Option<SyncSender<Job>>,
     done: Receiver<anyhow::Result<bool>>,
     busy: bool,
+    /// The result of the job in flight, once [`Committer::is_done`] found it.
+    result: Option<anyhow::Result<bool>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -71,7 +73,7 @@ impl Committer {
                 }
             })
             .context("starting the commit thread")?;
-        Ok(Committer { jobs: Some(jobs), done, busy: false, thread: Some(thread) })
+        Ok(Committer { jobs: Some(jobs), done, busy: false, result: None, thread: Some(thread) })
     }
 
     /// Starts committing `job`. The previous job must have been waited for.
@@ -90,7 +92,27 @@ impl Committer {
             return Ok(false);
         }
         self.busy = false;
-        self.done.recv().map_err(|_| anyhow::anyhow!("commit thread stopped"))?
+        match self.result.take() {
+            Some(result) => result,
+            None => self.done.recv().map_err(|_| anyhow::anyhow!("commit thread stopped"))?,
+        }
+    }
+
+    /// Whether no job is in flight or the one in flight has ended (then [`Committer::wait`]
+    /// returns at once), without waiting.
+    pub fn is_done(&mut self) -> bool {
+        if !self.busy || self.result.is_some() {
+            return true;
+        }
+        match self.done.try_recv() {
+            Ok(result) => {
+                self.result = Some(result);
+                true
+            }
+            Err(TryRecvError::Empty) => false,
+            // Stopped: `wait` says so.
+            Err(TryRecvError::Disconnected) => true,
+        }
     }
 }
 

@@ -10,7 +10,12 @@
 //! At most one fence per partition is under way: the next is sent once the task has moved
 //! (it read the fence, or records came) and been still for `fence_every` again, or after
 //! [`RESEND_AFTER`] without a move (a fence lost with a broker, or a consumer stalled). The
-//! fencer runs at each commit, so an idle partition gets about one fence per commit interval.
+//! fencer runs at each commit. `fence_every` applies while there is demand: a SKU task of
+//! this process holds records for the merge, or an input record arrived within
+//! [`DEMAND_WINDOW`]. Without it (a quiet topology, or a process that owns only idle
+//! partitions while the SKU tasks that wait are elsewhere) partitions are fenced every
+//! [`QUIET_EVERY`]: a quiet topology costs one small record per input partition per second,
+//! and a merge waiting on another process is held at most about that long.
 //! Fences are sent without a transaction (acks=all); one that fails is logged and counted
 //! (`tidemark_fences_total{outcome="failed"}`), and the partition is fenced again later.
 
@@ -28,6 +33,10 @@ use crate::kafka::KafkaSettings;
 
 /// How long a fence may stay unread before the partition is fenced again.
 pub const RESEND_AFTER: Duration = Duration::from_secs(2);
+/// How long after the last input record the process still fences at `fence_every`.
+pub const DEMAND_WINDOW: Duration = Duration::from_secs(5);
+/// How often a still partition is fenced without demand.
+pub const QUIET_EVERY: Duration = Duration::from_secs(1);
 /// Failed fences are logged at most this often (they are counted every time).
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -60,8 +69,15 @@ impl Fencer {
     }
 
     /// Fences the partitions of `upstreams` (`(partition, topic, task's next offset)`) that
-    /// have been still for `every`; forgets the partitions not listed (no longer owned).
-    pub fn tick<'a>(&mut self, upstreams: impl Iterator<Item = (PartitionId, &'a str, i64)>, now: Instant) {
+    /// have been still for `fence_every` (with `demand`; else [`QUIET_EVERY`]); forgets the
+    /// partitions not listed (no longer owned).
+    pub fn tick<'a>(
+        &mut self,
+        upstreams: impl Iterator<Item = (PartitionId, &'a str, i64)>,
+        demand: bool,
+        now: Instant,
+    ) {
+        let every = if demand { self.every } else { QUIET_EVERY.max(self.every) };
         let mut listed = Vec::new();
         for (id, topic, next_offset) in upstreams {
             listed.push(id);
@@ -70,7 +86,7 @@ impl Fencer {
                 *still = Still { next_offset, since: now, sent: None };
             }
             let due = match still.sent {
-                None => now.saturating_duration_since(still.since) >= self.every,
+                None => now.saturating_duration_since(still.since) >= every,
                 Some(sent) => now.saturating_duration_since(sent) >= RESEND_AFTER,
             };
             if due {

@@ -128,6 +128,8 @@ struct Runner {
     imports: Imports,
     /// With `internal.idle_promise = "fence"`: fences idle upstream partitions.
     fencer: Option<fence::Fencer>,
+    /// When the last input (orders, inventory) record was applied: the fencer's demand.
+    input_at: Option<Instant>,
 }
 
 /// How often the tasks' entry counts are published (a walk over every SKU state).
@@ -377,9 +379,10 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         latencies: latencies.clone(),
     })?;
     let drain = drain::Drain::new(opts.drain_timeout);
+    // At 0 in clock mode too: the chart's dashboard shows the series whatever the mode.
+    crate::telemetry::stream::fences_started();
     let fencer = match t.idle_promise.fence_every_ms() {
         Some(every_ms) => {
-            crate::telemetry::stream::fences_started();
             let every = Duration::from_millis(u64::try_from(every_ms).unwrap_or(0));
             info!(
                 every_ms,
@@ -405,6 +408,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         held_at: None,
         imports: Imports::default(),
         fencer,
+        input_at: None,
     };
     let result = runner.run_loop(&consumer);
     // No import outlives the stream (it writes the store this run's restart reopens).
@@ -424,6 +428,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
 impl Runner {
     fn run_loop(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
         let interval = Duration::from_millis(self.opts.topology.commit_interval_ms);
+        let linger = Duration::from_millis(self.opts.topology.commit_linger_ms);
         let max_batch = self.opts.topology.max_batch_records;
         loop {
             // One clock read per polled record: the wall clock of the append→consume age is
@@ -432,6 +437,10 @@ impl Runner {
             let deadline = base + interval;
             let mut taken = 0usize;
             let mut turns = 0u32;
+            // When this batch first got a record (a fence or a re-delivery too: either moves a
+            // task, and so the next mark). It is committed once it has lingered and the commit
+            // before it is durable, or at the deadline (`state.commit_linger`).
+            let mut moved_at: Option<Instant> = None;
             while taken < max_batch && !self.opts.stop.load(Ordering::Relaxed) {
                 if turns.is_multiple_of(256) {
                     self.opts.progress.beat();
@@ -442,7 +451,13 @@ impl Runner {
                 if now >= deadline {
                     break;
                 }
-                let polled = consumer.poll((deadline - now).min(Duration::from_millis(100)));
+                let lingering = moved_at.is_some_and(|at| now.saturating_duration_since(at) >= linger);
+                if lingering && self.committer.is_done() {
+                    break;
+                }
+                // While a batch waits for the commit before it, look at the committer often.
+                let most = if moved_at.is_some() { Duration::from_millis(1) } else { Duration::from_millis(100) };
+                let polled = consumer.poll((deadline - now).min(most));
                 if stopped_waiting(self.handle_assignment(consumer))? {
                     break;
                 }
@@ -467,9 +482,11 @@ impl Runner {
                         else {
                             continue;
                         };
+                        moved_at.get_or_insert(now);
                         if ingested.counted {
                             taken += 1;
                             if !is_internal(id.source) {
+                                self.input_at = Some(now);
                                 let now_ms = base_wall_ms + i64::try_from((now - base).as_millis()).unwrap_or(0);
                                 let age_ms = now_ms - ingested.append_ms;
                                 self.latencies.append_to_consume.record(age_ms.max(0) as f64 / 1000.0);
@@ -816,7 +833,10 @@ impl Runner {
     fn marks(&mut self, consumer: &Consumer_) {
         if let Some(fencer) = &mut self.fencer {
             if !self.paused {
-                fencer.tick(self.tasks.upstreams(), Instant::now());
+                let now = Instant::now();
+                let demand = self.input_at.is_some_and(|at| now.saturating_duration_since(at) < fence::DEMAND_WINDOW)
+                    || self.tasks.tasks().any(|t| t.buffered() > 0);
+                fencer.tick(self.tasks.upstreams(), demand, now);
             }
             self.tasks.marks(|_| true, |_, _| None, &mut self.out);
             return;

@@ -71,6 +71,22 @@ impl Store {
         self.write(batch)
     }
 
+    /// [`Store::outbox_update`] without waiting for fsync ([`Store::write_unsynced`]): for an
+    /// update a host crash may lose without harm (the attempt count written before a POST:
+    /// lost, the row is sent again as a first attempt, which a crash there repeats anyway).
+    pub fn outbox_update_unsynced(
+        &self,
+        p: PartitionId,
+        key: &str,
+        row: &[u8],
+        index: OutboxIndex,
+    ) -> Result<(), StateError> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(CF_OUTBOX), p.key(key.as_bytes()), row);
+        self.index_outbox(&mut batch, p, key, index);
+        self.write_unsynced(batch)
+    }
+
     /// The rows of a partition still to be delivered, in key order, read through the pending
     /// index: final rows are never read.
     pub fn outbox_pending(&self, p: PartitionId) -> Result<Vec<KeyValue>, StateError> {
@@ -250,6 +266,23 @@ mod tests {
         store.outbox_update(p, "a", b"row-a-done", OutboxIndex::Final { created_at_ms: 20 })?;
         assert!(store.outbox_pending(p)?.is_empty());
         assert_eq!(store.outbox_get(p, "a")?, Some(b"row-a-done".to_vec()));
+        Ok(())
+    }
+
+    #[test]
+    fn an_unsynced_update_is_read_back_and_found_after_the_store_is_reopened() -> Result<(), StateError> {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = PartitionId::sku(1);
+        {
+            let store = open(dir.path());
+            let mut b = store.batch();
+            b.put_outbox(p, "a", b"row-a", OutboxIndex::Pending);
+            b.commit()?;
+            store.outbox_update_unsynced(p, "a", b"row-a-attempt-1", OutboxIndex::Pending)?;
+            assert_eq!(store.outbox_get(p, "a")?, Some(b"row-a-attempt-1".to_vec()));
+        }
+        let store = open(dir.path());
+        assert_eq!(store.outbox_pending(p)?, vec![(b"a".to_vec(), b"row-a-attempt-1".to_vec())]);
         Ok(())
     }
 

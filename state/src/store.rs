@@ -426,6 +426,12 @@ impl Store {
         self.db.write_opt(batch, &self.write_opts).map_err(|e| self.rocks(e))
     }
 
+    /// `batch` into the write-ahead log without waiting for fsync: it survives the process
+    /// (kill -9, a panic, OOM: the log is in the OS's page cache), not a crash of the host.
+    pub(crate) fn write_unsynced(&self, batch: rocksdb::WriteBatch) -> Result<(), StateError> {
+        self.db.write_opt(batch, &WriteOptions::default()).map_err(|e| self.rocks(e))
+    }
+
     /// Removes every trace of a partition (used before rebuilding it from the log).
     pub fn drop_partition(&self, p: PartitionId) -> Result<(), StateError> {
         let mut batch = rocksdb::WriteBatch::default();

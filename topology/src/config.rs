@@ -68,6 +68,9 @@ pub struct Topology {
     pub endpoints: Endpoints,
     pub dedup_retention_ms: i64,
     pub commit_interval_ms: u64,
+    /// How long a batch lingers, once the previous commit is durable, before it is committed
+    /// (`state.commit_linger`); `commit_interval_ms` is the longest it waits.
+    pub commit_linger_ms: u64,
     pub max_batch_records: usize,
     pub dashboard_window: WindowPolicy,
     pub finance_time_zone: chrono_tz::Tz,
@@ -505,6 +508,8 @@ struct RawState {
     dedup_retention: String,
     #[serde(default = "default_commit_interval")]
     commit_interval: String,
+    #[serde(default = "default_commit_linger")]
+    commit_linger: String,
     #[serde(default = "default_max_batch")]
     max_batch_records: i64,
 }
@@ -514,6 +519,7 @@ impl Default for RawState {
         RawState {
             dedup_retention: default_dedup_retention(),
             commit_interval: default_commit_interval(),
+            commit_linger: default_commit_linger(),
             max_batch_records: default_max_batch(),
         }
     }
@@ -524,6 +530,9 @@ fn default_dedup_retention() -> String {
 }
 fn default_commit_interval() -> String {
     "200ms".into()
+}
+fn default_commit_linger() -> String {
+    "2ms".into()
 }
 fn default_max_batch() -> i64 {
     20_000
@@ -829,6 +838,12 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
 
     let dedup_retention = c.duration_ms("state.dedup_retention", &raw.state.dedup_retention);
     let commit_interval = c.positive_ms("state.commit_interval", &raw.state.commit_interval);
+    let commit_linger = c.duration_ms("state.commit_linger", &raw.state.commit_linger);
+    if let (Some(linger), Some(interval)) = (commit_linger, commit_interval) {
+        if linger > interval {
+            c.error("state.commit_linger", format!("must not exceed state.commit_interval ({interval} ms)"));
+        }
+    }
     let max_batch_records = usize::try_from(raw.state.max_batch_records).unwrap_or(0);
     if max_batch_records == 0 {
         c.error("state.max_batch_records", "must be a positive integer");
@@ -922,6 +937,7 @@ fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
         },
         dedup_retention_ms,
         commit_interval_ms: u64::try_from(commit_interval_ms).unwrap_or(0),
+        commit_linger_ms: commit_linger.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0),
         max_batch_records,
         dashboard_window,
         finance_time_zone,
@@ -956,6 +972,33 @@ mod tests {
         assert!(paths.contains(&"finance.time_zone"), "{err}");
         assert!(paths.contains(&"rules[0].mode"), "{err}");
         assert!(err.to_string().starts_with("bad.toml: 4 error(s)"), "{err}");
+    }
+
+    #[test]
+    fn a_commit_linger_defaults_to_2ms_and_may_not_exceed_the_commit_interval() {
+        let t = parse(EXAMPLE, "t.toml").expect("valid");
+        assert_eq!((t.commit_interval_ms, t.commit_linger_ms), (200, 2));
+        let without = EXAMPLE.replace("commit_linger = \"2ms\"\n", "");
+        assert_ne!(without, EXAMPLE);
+        assert_eq!(parse(&without, "t.toml").expect("valid").commit_linger_ms, 2);
+        let whole = EXAMPLE.replace("commit_linger = \"2ms\"", "commit_linger = \"200ms\"");
+        assert_eq!(parse(&whole, "t.toml").expect("valid").commit_linger_ms, 200);
+        let longer = EXAMPLE.replace("commit_linger = \"2ms\"", "commit_linger = \"1s\"");
+        let err = parse(&longer, "t.toml").expect_err("longer than the interval");
+        assert_eq!(err.errors[0].path, "state.commit_linger", "{err}");
+        assert!(err.to_string().contains("must not exceed state.commit_interval (200 ms)"), "{err}");
+    }
+
+    #[test]
+    fn the_idle_promise_is_the_clock_unless_fences_are_asked_for() {
+        let t = parse(EXAMPLE, "t.toml").expect("valid");
+        assert_eq!(t.idle_promise, IdlePromise::Clock);
+        let fenced = EXAMPLE.replace("idle_promise = \"clock\"", "idle_promise = \"fence\"");
+        assert_eq!(parse(&fenced, "t.toml").expect("valid").idle_promise, IdlePromise::Fence { every_ms: 20 });
+        let bad = EXAMPLE.replace("idle_promise = \"clock\"", "idle_promise = \"sometimes\"");
+        let err = parse(&bad, "t.toml").expect_err("unknown");
+        assert_eq!(err.errors[0].path, "internal.idle_promise", "{err}");
+        assert!(err.to_string().contains("expected clock | fence"), "{err}");
     }
 
     #[test]
