@@ -247,6 +247,20 @@ fn a_409_counts_as_done_and_a_422_is_dead_lettered_and_audited_without_retries()
 
 /// Runs the processor with `--exit-at-end`: it stops once the log is processed and every
 /// action it produced is delivered; returns what the server received.
+/// Waits (up to 2 minutes) until `server` got every key of `reference` from `who`, a process
+/// with no end to wait for; then checks it got no other key and each first payload is the
+/// reference's.
+fn sends_the_actions_of(reference: &BTreeMap<String, Vec<Vec<u8>>>, server: &TestServer, who: &str) {
+    let got = wait_for(Duration::from_secs(120), &format!("{who} to send every key of the reference run"), || {
+        let got = by_key(&server.requests());
+        reference.keys().all(|k| got.contains_key(k)).then_some(got)
+    });
+    assert_eq!(got.keys().collect::<Vec<_>>(), reference.keys().collect::<Vec<_>>(), "the same action keys");
+    for (k, bodies) in &got {
+        assert_eq!(bodies[0], reference[k][0], "payload of {k}");
+    }
+}
+
 fn run_through(s: &Scenario, server: &TestServer) -> Vec<Recorded> {
     run_to_end(&s.topo, s._state.path(), &unique("g"));
     server.requests()
@@ -290,14 +304,7 @@ fn actions_do_not_depend_on_pacing_batch_sizes_or_how_partitions_are_split_betwe
     let x = by_key(&run_through(&a, &a_server));
     assert!(x.len() >= 3, "the history must fire several actions, got {}", x.len());
     // The group has no end to wait for: poll until it has sent at least the same keys.
-    let y = wait_for(Duration::from_secs(120), "the two-process group to send every key", || {
-        let y = by_key(&b_server.requests());
-        x.keys().all(|k| y.contains_key(k)).then_some(y)
-    });
-    assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>(), "the same action keys");
-    for (k, bodies) in &x {
-        assert_eq!(bodies[0], y[k][0], "payload of {k}");
-    }
+    sends_the_actions_of(&x, &b_server, "the two-process group");
 }
 
 #[test]
@@ -373,14 +380,7 @@ fn with_fences_idle_partitions_release_the_merge_without_the_clock_skew_and_the_
     let clock = sibling(&fenced, &all_act, clock_server.url("/a").as_str(), |t| t);
     let reference = by_key(&run_through(&clock, &clock_server));
     assert!(reference.len() >= 3, "the history must fire several actions, got {}", reference.len());
-    let got = wait_for(Duration::from_secs(120), "the fencing process to send every key of the clock run", || {
-        let got = by_key(&fence_server.requests());
-        reference.keys().all(|k| got.contains_key(k)).then_some(got)
-    });
-    assert_eq!(got.keys().collect::<Vec<_>>(), reference.keys().collect::<Vec<_>>(), "the same action keys");
-    for (k, bodies) in &got {
-        assert_eq!(bodies[0], reference[k][0], "payload of {k}");
-    }
+    sends_the_actions_of(&reference, &fence_server, "the fencing process");
     let inventory = format!("{}.inventory", fenced.orders);
     assert!(fences_in(&inventory) > 0, "the idle inventory partitions were fenced");
     // Neither run took a fence for an input record.
