@@ -42,7 +42,9 @@ pub struct RunTopics {
     pub audit: String,
 }
 
-/// Writes the topology of one run and creates its topics.
+/// Writes the topology of one run (with `fences`, `internal.idle_promise = "fence"`) and
+/// creates its topics.
+#[allow(clippy::too_many_arguments)]
 pub fn prepare_run(
     bin: &Path,
     bootstrap: &str,
@@ -51,6 +53,7 @@ pub fn prepare_run(
     run: &str,
     action_url: &str,
     notify_url: &str,
+    fences: bool,
 ) -> anyhow::Result<(PathBuf, RunTopics)> {
     let example = tidemark_topology::config::EXAMPLE;
     let cut = example.find("# Anomaly rules.").context("example topology has a rules section")?;
@@ -64,6 +67,9 @@ pub fn prepare_run(
         .replace("timeout = \"5s\"", "timeout = \"500ms\"")
         .replace("allow_unsigned = false", "allow_unsigned = true")
         + RULES;
+    let promise = if fences { "idle_promise = \"fence\"" } else { "idle_promise = \"clock\"" };
+    anyhow::ensure!(text.contains("idle_promise = \"clock\""), "the example topology sets internal.idle_promise");
+    let text = text.replace("idle_promise = \"clock\"", promise);
     let path = dir.join(format!("{run}.toml"));
     std::fs::write(&path, text)?;
     let out = Command::new(bin).args(["topics", "--bootstrap", bootstrap, "--topology"]).arg(&path).output()?;

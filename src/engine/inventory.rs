@@ -52,9 +52,12 @@ impl InventoryTask {
     /// no state here, so there is nothing to stage.
     pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
         if tidemark_topology::fence::is_fence(rec.value) {
-            // No event: only the promise its append time carries (the next mark). Not staged
-            // on its own: a replay after a crash reads it again.
-            self.checkpoint.pass_fence(rec.offset, rec.append_ms);
+            // No event: only the promise its append time carries (the next mark). The
+            // checkpoint moves past it, so lag and backlog age (measured from the committed
+            // checkpoint) do not count fences as records waiting.
+            if self.checkpoint.pass_fence(rec.offset, rec.append_ms) {
+                self.uncommitted = true;
+            }
             return false;
         }
         if !self.checkpoint.advance(rec.offset, rec.append_ms) {
