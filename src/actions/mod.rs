@@ -1,7 +1,7 @@
 //! The action runtime: takes committed outbox rows and sees each to a final state.
 //!
 //! For every row (a `Pending` one handed over after its commit, or found by an outbox scan
-//! at start, on assignment, or when the hand-over channel was full):
+//! at start, on assignment, or when the row channel was full):
 //! 1. `shadow` rows are audited and never sent;
 //! 2. otherwise the attempt count is persisted, then the row is POSTed (see [`dispatch`]);
 //! 3. every attempt and outcome is audited to the audit topic;
@@ -31,7 +31,7 @@
 //!
 //! Module map:
 //! - [`backlog`]: [`Backlog`], rows handed over or started and not yet settled.
-//! - [`handover`]: [`RowSender`], the stream's end of the hand-over channel.
+//! - [`row_channel`]: [`RowSender`], the stream's end of the row channel.
 //! - [`scan`]: outbox scans (pending rows re-queued, expired final rows deleted).
 //! - [`deliver`]: one row from start to its durable outcome.
 //! - [`gate`]: [`Gate`], the SKU partitions still owned and the attempts under way in each;
@@ -52,8 +52,8 @@ mod deliver;
 #[cfg(test)]
 mod deliver_tests;
 mod gate;
-mod handover;
 mod recall;
+mod row_channel;
 mod scan;
 mod settled;
 mod standby;
@@ -62,8 +62,8 @@ pub use audit::AuditRecord;
 pub use backlog::Backlog;
 use backlog::Counted;
 pub use gate::Gate;
-pub use handover::{NotHandedOver, RowSender};
 pub use recall::{recall_since, Recall, CLOCK_MARGIN_MS};
+pub use row_channel::{RowNotSent, RowSender};
 pub use scan::pending_in_outbox;
 pub use settled::{audit_outcome_in, outcome_in, outcome_of, AuditOutcome, Settled};
 pub use standby::StandbyRows;
@@ -131,7 +131,7 @@ pub struct ActionRuntime {
     pub gate: Arc<Gate>,
 }
 
-/// Starts the runtime on `rt`; returns the hand-over channel for the stream thread.
+/// Starts the runtime on `rt`; returns the row channel for the stream thread.
 pub fn spawn(
     rt: &tokio::runtime::Runtime,
     settings: &KafkaSettings,

@@ -23,8 +23,8 @@ use tidemark_topology::provisional::ProvisionalRecord;
 use tidemark_topology::window::WindowPolicy;
 
 use super::output::{OutputRecord, Sink};
+use super::record::SourceRecord;
 use super::stats::Stats;
-use super::task::SourceRecord;
 
 #[derive(Clone, Debug)]
 pub struct CombineTaskConfig {

@@ -18,7 +18,7 @@
 //! object starts with `{`, a codec value with [`codec::VERSION`].
 
 use serde::{Deserialize, Serialize};
-use tidemark_state::{codec, StateError};
+use tidemark_state::{codec, Checkpoint, PartitionId, StateError};
 use tidemark_topology::logical::LogicalTime;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +118,17 @@ pub fn sku_partition(sku: &str, partitions: i32) -> i32 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     i32::try_from(h % u64::from(partitions.max(1).unsigned_abs())).unwrap_or(0)
+}
+
+/// "Every record I write from now on has a logical time of at least this": the effective
+/// append time so far (later records cannot be lower) and the next offset. A caught-up
+/// upstream may promise more, `idle_bound_ms` (clock minus the configured skew).
+pub fn mark(id: PartitionId, checkpoint: &Checkpoint, idle_bound_ms: Option<i64>) -> Derived {
+    let append = checkpoint.max_append_ms.max(idle_bound_ms.unwrap_or(i64::MIN));
+    Derived::Mark {
+        upstream: (id.source, id.partition),
+        bound: LogicalTime::new(append, id.source, id.partition, checkpoint.next_offset),
+    }
 }
 
 #[cfg(test)]

@@ -6,10 +6,10 @@ use tidemark_state::{Checkpoint, PartitionId, StateError, StateView, StateWrite}
 use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::normalize::{normalize_inventory_with, NormalizeLimits};
 
-use super::derive::{sku_partition, Derived};
+use super::derive::{mark, sku_partition, Derived};
 use super::output::{OutputRecord, Sink};
+use super::record::SourceRecord;
 use super::stats::Stats;
-use super::task::{mark, SourceRecord};
 
 pub struct InventoryTask {
     id: PartitionId,

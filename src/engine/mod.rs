@@ -7,17 +7,19 @@ pub mod derive;
 pub mod forward;
 pub mod held;
 pub mod inventory;
+pub mod orders;
 pub mod outbox;
 pub mod output;
+pub mod record;
 pub mod sku_task;
 pub mod slice;
 pub mod stats;
-pub mod task;
 
+pub use orders::{OrdersTask, TaskConfig};
 pub use output::{OutputRecord, Sink};
+pub use record::SourceRecord;
 pub use stats::Stats;
-pub use task::{PartitionTask, SourceRecord, TaskConfig};
 
 #[cfg(test)]
-#[path = "task_tests.rs"]
-mod task_tests;
+#[path = "orders_tests.rs"]
+mod orders_tests;

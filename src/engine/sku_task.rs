@@ -42,8 +42,8 @@ use tidemark_topology::window::WindowPolicy;
 use super::derive::Derived;
 use super::outbox::{OutboxRow, RowState};
 use super::output::{OutputRecord, Sink};
+use super::record::SourceRecord;
 use super::stats::Stats;
-use super::task::SourceRecord;
 
 type Upstream = (u16, i32);
 type BufferKey = (LogicalTime, u32);

@@ -2,7 +2,7 @@
 //! `tidemark microbatch` and of the stream and micro-batch replays in `tidemark shadow`.
 //!
 //! A slice is any run of records between two commits. The runner feeds records to the same
-//! [`PartitionTask`]s the stream uses, finishing a task every `chunk` records so pending
+//! [`OrdersTask`]s the stream uses, finishing a task every `chunk` records so pending
 //! events stay bounded, and stages everything into one [`CommitBatch`] per slice. At
 //! [`SliceRunner::end_slice`] it hands the outputs to a publisher (which must make them
 //! durable) and only then commits state, offsets and the caller's bookkeeping record at once.
@@ -19,7 +19,7 @@ use tidemark_state::{CommitBatch, PartitionId, StateError, Store};
 
 use super::output::{OutputRecord, Sink};
 use super::stats::Stats;
-use super::task::{PartitionTask, SourceRecord, TaskConfig};
+use super::{OrdersTask, SourceRecord, TaskConfig};
 
 /// What one slice did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub struct SliceRunner<'s> {
     cfg: TaskConfig,
     chunk: usize,
     coalesce: bool,
-    tasks: BTreeMap<i32, (PartitionTask, usize)>,
+    tasks: BTreeMap<i32, (OrdersTask, usize)>,
     batch: CommitBatch<'s>,
     out: Vec<OutputRecord>,
     counts: SliceCounts,
@@ -117,15 +117,15 @@ impl<'s> SliceRunner<'s> {
 
 /// The partition's task, restored from its checkpoint on first use.
 fn task_of<'t>(
-    tasks: &'t mut BTreeMap<i32, (PartitionTask, usize)>,
+    tasks: &'t mut BTreeMap<i32, (OrdersTask, usize)>,
     store: &Store,
     cfg: &TaskConfig,
     partition: i32,
-) -> Result<&'t mut (PartitionTask, usize), StateError> {
+) -> Result<&'t mut (OrdersTask, usize), StateError> {
     match tasks.entry(partition) {
         Entry::Occupied(e) => Ok(e.into_mut()),
         Entry::Vacant(v) => {
-            let mut task = PartitionTask::restore(store, PartitionId::orders(partition), cfg.clone())?;
+            let mut task = OrdersTask::restore(store, PartitionId::orders(partition), cfg.clone())?;
             task.hold_dedup_until_commit();
             Ok(v.insert((task, 0)))
         }

@@ -29,7 +29,7 @@ use tracing::{info, warn};
 use super::{audit_tail, Request, Standbys};
 use crate::engine::outbox::OutboxRow;
 use crate::engine::{OutputRecord, Stats};
-use crate::kafka::context::TaskContext;
+use crate::kafka::client_log::EofIsNotAnError;
 use crate::kafka::KafkaSettings;
 use crate::tasks::{Polled, State, Task, TaskFactory, TaskSet, SKU_REPARTITION};
 
@@ -59,7 +59,7 @@ pub struct StandbyConfig {
     pub lifecycle: Arc<crate::tasks::Lifecycle>,
 }
 
-type Consumer_ = BaseConsumer<TaskContext>;
+type Consumer_ = BaseConsumer<EofIsNotAnError>;
 
 struct Runner {
     cfg: StandbyConfig,
@@ -94,25 +94,12 @@ struct Runner {
 pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<JoinHandle<()>> {
     let t = &cfg.topology;
     let sources = crate::tasks::Sources::of(t);
-    let context = TaskContext {
-        store: Arc::clone(&cfg.store),
-        sources: sources.clone(),
-        events: Mutex::default(),
-        stats: Arc::default(),
-        log_ends: Mutex::default(),
-        snapshots: cfg.restorer.clone(),
-        closing: AtomicBool::new(false),
-        standbys: None,
-        // A standby sends nothing: its audit tail settles its rows.
-        recall: None,
-        lifecycle: Arc::clone(&cfg.lifecycle),
-    };
     // The processors' group, to read the offsets its members committed (the limits below).
     // This consumer never subscribes, so it never joins the group, and it never commits.
     let consumer: Consumer_ = cfg
         .settings
         .log_reader_config(&cfg.group_id)
-        .create_with_context(context)
+        .create_with_context(EofIsNotAnError)
         .context("creating the standby consumer")?;
     let topics = sources.names();
     let counts = crate::stream::partition_counts(&consumer, &topics, &cfg.stop)?;

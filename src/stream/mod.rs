@@ -11,10 +11,11 @@ mod drain;
 mod fence;
 mod gap;
 mod partitions;
+mod rebalance;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -27,13 +28,12 @@ use tracing::{info, warn};
 
 use crate::engine::outbox::OutboxRow;
 use crate::engine::{OutputRecord, Stats};
-use crate::failpoint;
-use crate::kafka::context::{AssignmentEvent, TaskContext};
+use crate::kafka::context::TaskContext;
 use crate::kafka::sink::{OutputSink, OutputsRefused};
 use crate::kafka::KafkaSettings;
 use crate::tasks::{
-    is_internal, Finished, ImportContext, Imports, Polled, State, Task, TaskFactory, TaskSet, COMBINE, INVENTORY,
-    ORDERS, SKU_REPARTITION,
+    is_internal, Assignment, Finished, Imports, Polled, State, Task, TaskFactory, TaskSet, COMBINE, INVENTORY, ORDERS,
+    SKU_REPARTITION,
 };
 use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
@@ -206,7 +206,11 @@ fn wait_for_broker<T, E: std::fmt::Display>(
 }
 
 /// Partition counts of the input topics, read from the broker (they must exist).
-pub(crate) fn partition_counts(consumer: &Consumer_, topics: &[&str], stop: &AtomicBool) -> anyhow::Result<Vec<i32>> {
+pub(crate) fn partition_counts<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topics: &[&str],
+    stop: &AtomicBool,
+) -> anyhow::Result<Vec<i32>> {
     wait_for_broker("reading topic metadata", stop, Some(SETTLE), None, || {
         let md = consumer.fetch_metadata(None, Duration::from_secs(10)).map_err(|e| e.to_string())?;
         topics
@@ -303,18 +307,15 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         None => open_store(&opts)?,
     };
     let sources = crate::tasks::Sources::of(t);
-    let context = TaskContext {
-        store: Arc::clone(&store),
-        sources: sources.clone(),
-        events: Mutex::new(Vec::new()),
-        stats: Arc::clone(&opts.stats),
-        log_ends: Mutex::default(),
-        snapshots: opts.snapshots.clone(),
-        closing: AtomicBool::new(false),
-        standbys: opts.standbys.clone(),
-        recall: opts.recall.clone(),
-        lifecycle: Arc::clone(&opts.lifecycle),
-    };
+    let assignment = Assignment::new(
+        Arc::clone(&store),
+        sources.clone(),
+        opts.snapshots.clone(),
+        opts.standbys.clone(),
+        opts.recall.clone(),
+        Arc::clone(&opts.lifecycle),
+    );
+    let context = TaskContext::new(assignment, Arc::clone(&opts.stats));
     let mut cfg = opts.settings.log_reader_config(&opts.group_id);
     cfg.set("statistics.interval.ms", STATS_EVERY_MS)
         .set("session.timeout.ms", opts.session_timeout.as_millis().to_string())
@@ -358,12 +359,13 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
                     tpl.add_partition(topic, p);
                 }
             }
-            let importing = consumer.context().position_at_checkpoints(&mut tpl);
-            let ids = consumer.context().ids(&tpl);
+            let assignment = &consumer.context().assignment;
+            let importing = assignment.position_at_checkpoints(&mut tpl);
+            let ids = assignment.ids(&tpl);
             info!(ordinal, replicas, partitions = ?ids, importing = ?importing, "static assignment");
             consumer.assign(&tpl).context("assigning partitions")?;
             consumer.context().pause(&consumer, &importing);
-            consumer.context().assigned(ids, importing);
+            assignment.assigned(ids, importing);
         }
     }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
@@ -526,7 +528,7 @@ impl Runner {
         let result = if want {
             consumer.assignment().and_then(|all| consumer.pause(&all))
         } else {
-            consumer.resume(&consumer.context().list_of(&ids))
+            consumer.resume(&consumer.context().assignment.list_of(&ids))
         };
         match result {
             Ok(()) => {
@@ -554,228 +556,8 @@ impl Runner {
         consumer.context().caught_up_at(id, task.next_offset(), LOG_END_FRESH)
     }
 
-    fn restore(&self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<Task> {
-        let mut task = self.tasks.restore(self.store.as_ref(), id)?;
-        self.check_log_start(consumer, id, &mut task)?;
-        Ok(task)
-    }
-
-    /// Everything a revocation needs before the partitions go: the work done so far committed
-    /// and durable, actions under way recorded, the state exported (see docs/tasks.md).
-    fn hand_over(&mut self, consumer: &Consumer_, ids: &[PartitionId]) -> anyhow::Result<()> {
-        self.commit(consumer)?;
-        self.complete(consumer)?;
-        // Liveness allows the hand-over a restore's silence: the export of a large state
-        // takes minutes, with a beat per partition.
-        self.opts.progress.restoring(true);
-        self.quiesce_actions(ids);
-        if let Some(handover) = &self.opts.handover {
-            let progress = Arc::clone(&self.opts.progress);
-            handover.export(&self.store, ids, &|| progress.beat());
-        }
-        self.opts.progress.restoring(false);
-        Ok(())
-    }
-
-    /// Stops the dispatcher's attempts for revoked SKU partitions and waits for those under
-    /// way to store their outcome (at most one endpoint timeout and a little more), so the
-    /// state handed over records every acknowledged action.
-    fn quiesce_actions(&self, ids: &[PartitionId]) {
-        let Some(gate) = &self.opts.gate else { return };
-        let sku: Vec<i32> = ids.iter().filter(|id| id.source == SKU_REPARTITION).map(|id| id.partition).collect();
-        if sku.is_empty() {
-            return;
-        }
-        let limit = Duration::from_millis(u64::try_from(self.opts.topology.endpoints.timeout_ms).unwrap_or(5_000))
-            + Duration::from_secs(2);
-        let busy = gate.release(&sku, limit);
-        if !busy.is_empty() {
-            warn!(partitions = ?busy, "actions still under way after {limit:?}; the next owner may send them again");
-        }
-    }
-
-    /// Gives every task up before the stream starts again after refused outputs, as a
-    /// revocation would without its commit (the batch is not durable): the dispatcher stops
-    /// for the SKU partitions (attempts under way store their outcome), the standby thread
-    /// keeps the partitions from their last commit, the progress report shows them unowned.
-    fn let_go(&mut self) {
-        let ids: Vec<PartitionId> = self.tasks.ids().collect();
-        self.quiesce_actions(&ids);
-        for id in &ids {
-            self.opts.lifecycle.note(*id, State::Closed);
-            self.opts.progress.revoked(*id);
-            if id.source == SKU_REPARTITION {
-                if let Ok(mut o) = self.opts.sku_owned.lock() {
-                    o.remove(&id.partition);
-                }
-            }
-        }
-        self.tasks.clear();
-        if let Some(standbys) = &self.opts.standbys {
-            standbys.adopt(&ids);
-        }
-        self.opts.stats.assigned.store(0, Ordering::Relaxed);
-    }
-
-    fn handle_assignment(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
-        for event in consumer.context().take_events() {
-            match event {
-                AssignmentEvent::Revoked(ids, tpl) => {
-                    // An import under way ends first: nothing writes a partition once it went.
-                    let mut imported = Vec::new();
-                    for id in &ids {
-                        if self.imports.wait(*id) {
-                            imported.push(*id);
-                        } else {
-                            self.opts.lifecycle.note(*id, State::HandingOver);
-                        }
-                    }
-                    // Keep the work done so far: commit, make it durable, hand the state
-                    // over (with snapshots on), then let the partitions go. They go even if
-                    // the commit failed (the process then stops with that error): a closing
-                    // consumer would wait for them forever.
-                    let handed = self.hand_over(consumer, &ids);
-                    if let Err(e) = TaskContext::release(consumer, &tpl) {
-                        warn!(error = %e, partitions = ?ids, "releasing revoked partitions failed");
-                    }
-                    handed?;
-                    for id in ids.iter().copied() {
-                        self.opts.lifecycle.note(id, State::Closed);
-                        self.tasks.remove(id);
-                        self.opts.progress.revoked(id);
-                        if id.source == SKU_REPARTITION {
-                            if let Ok(mut o) = self.opts.sku_owned.lock() {
-                                o.remove(&id.partition);
-                            }
-                        }
-                    }
-                    // Committed and released: the standby thread goes on from that commit.
-                    if let Some(standbys) = &self.opts.standbys {
-                        standbys.adopt(&ids);
-                    }
-                }
-                AssignmentEvent::Assigned(ids) => {
-                    // Liveness allows a restore long silences, and start-up passes from here.
-                    self.opts.progress.restoring(true);
-                    self.opts.progress.restore_started(&ids);
-                    for id in ids {
-                        self.start_task(consumer, id)?;
-                    }
-                    self.opts.progress.restoring(false);
-                    // A fresh assignment is unpaused; the loop re-applies a pause in force.
-                    self.paused = false;
-                }
-                AssignmentEvent::Importing(ids) => {
-                    self.opts.progress.restore_started(&ids);
-                    let ctx = consumer.context();
-                    let Some(restorer) = &ctx.snapshots else { continue };
-                    let import = ImportContext {
-                        store: Arc::clone(&self.store),
-                        restorer: Arc::clone(restorer),
-                        recall: ctx.recall.clone(),
-                        lifecycle: Arc::clone(&self.opts.lifecycle),
-                    };
-                    for id in ids {
-                        info!(partition = %id, "importing a snapshot; the other partitions go on");
-                        self.imports.start(&import, id);
-                    }
-                }
-            }
-            self.count_assigned();
-        }
-        let imported = self.imports.finished();
-        if !imported.is_empty() {
-            for id in imported {
-                self.start_task(consumer, id)?;
-                self.seek_to_checkpoint(consumer, id);
-                if !self.paused {
-                    if let Err(e) = consumer.resume(&consumer.context().list_of(&[id])) {
-                        warn!(partition = %id, error = %e, "cannot resume a partition after its import");
-                    }
-                }
-            }
-            self.count_assigned();
-        }
-        Ok(())
-    }
-
-    fn count_assigned(&self) {
-        let orders = self.tasks.ids().filter(|id| id.source == ORDERS).count();
-        self.opts.stats.assigned.store(orders as i64, Ordering::Relaxed);
-    }
-
-    /// Builds the task of `id` from the store and runs it (`restoring` → `running`).
-    fn start_task(&mut self, consumer: &Consumer_, id: PartitionId) -> anyhow::Result<()> {
-        self.opts.progress.beat();
-        self.opts.lifecycle.note(id, State::Restoring);
-        failpoint::hit("restore.mid");
-        let restoring = Instant::now();
-        let task = self.restore(consumer, id).with_context(|| format!("restoring {id}"))?;
-        info!(
-            partition = %id,
-            next_offset = task.next_offset(),
-            took_ms = restoring.elapsed().as_millis() as u64,
-            "restored"
-        );
-        self.opts.progress.assigned(id, task.next_offset());
-        if id.source == SKU_REPARTITION {
-            if let Ok(mut o) = self.opts.sku_owned.lock() {
-                o.insert(id.partition);
-            }
-            // Its pending rows (restored, or left by an earlier spell of ownership) are found
-            // by a scan of every owned outbox: the dispatcher's own record of scanned
-            // partitions cannot tell a partition that left and came back between two of its
-            // ticks.
-            self.opts.stats.outbox_rescan.store(true, Ordering::Relaxed);
-        }
-        self.tasks.insert(id, task);
-        self.opts.lifecycle.note(id, State::Running);
-        Ok(())
-    }
-
-    /// After an import: the partition was assigned at its local checkpoint, its task starts
-    /// at the imported one. Records below it would be dropped anyway (`Ingested::counted`);
-    /// the seek only saves reading them.
-    fn seek_to_checkpoint(&self, consumer: &Consumer_, id: PartitionId) {
-        let Some(next) = self.tasks.get(id).map(Task::next_offset) else { return };
-        let offset = if next > 0 { Offset::Offset(next) } else { Offset::Beginning };
-        if let Err(e) = consumer.seek(self.topic_of(id), id.partition, offset, Duration::from_secs(10)) {
-            warn!(partition = %id, error = %e, next_offset = next, "cannot move the fetch position to the imported checkpoint; the records before it are read and dropped");
-        }
-    }
-
     fn topic_of(&self, id: PartitionId) -> &str {
         self.tasks.sources().topic_of(id)
-    }
-
-    /// SPEC §1.4: a partition whose checkpoint lies below its log start (retention deleted
-    /// records it never processed: a fresh state over an expired head, or a task that fell
-    /// behind retention) never skips them silently. Without `--accept-gaps` this stops the
-    /// process with the lost range; with it, the task moves to the log start and the skipped
-    /// count is logged and counted (`tidemark_skipped_records_total`). A checkpoint beyond
-    /// the log end (a topic deleted and recreated) always stops: the state is not this log's.
-    fn check_log_start(&self, consumer: &Consumer_, id: PartitionId, task: &mut Task) -> anyhow::Result<()> {
-        let topic = self.topic_of(id);
-        // Running already: a broker that is down (SPEC §6: a 10-minute outage) is waited
-        // for, alive and reported, never a reason to exit.
-        let (low, high) = wait_for_broker(
-            &format!("reading the log start of {id} ({topic})"),
-            &self.opts.stop,
-            None,
-            Some(&self.opts.progress),
-            || consumer.fetch_watermarks(topic, id.partition, Duration::from_secs(10)),
-        )?;
-        let next = task.next_offset();
-        gap::register(id);
-        let verdict = gap::judge(id, topic, next, low, high, self.opts.accept_gaps, &self.opts.state_dir)?;
-        if let Some(skipped) = verdict {
-            task.skip_to(low);
-            gap::record_skip(id, topic, next, low, skipped);
-            // No seek here: the consumer's fetch at the old offset fails with an offset-reset
-            // error, and `check_gaps` then restarts every task at its next offset (one path
-            // for gaps found at assignment and gaps opened while running).
-        }
-        Ok(())
     }
 
     /// After the consumer reported a fetch position outside a log: every task is checked

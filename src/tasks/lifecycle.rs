@@ -16,12 +16,12 @@
 //! ```
 //!
 //! Where each state is entered (docs/tasks.md has the same table):
-//! - `importing`: `kafka::context::TaskContext::position_at_checkpoints` (with snapshots:
+//! - `importing`: `tasks::assignment::Assignment::position_at_checkpoints` (with snapshots:
 //!   a partition whose newest snapshot is ahead of the local checkpoint is assigned paused)
 //!   and imported off the callback by `tasks::imports::Imports::start`;
 //! - `recalling`: the same function, for SKU partitions (`actions::Recall`), or after the
 //!   import, on the import's thread;
-//! - `restoring`, `running`: `stream::Runner::start_task`, from
+//! - `restoring`, `running`: `stream::Runner::start_task` (`stream/rebalance.rs`), from
 //!   `stream::Runner::handle_assignment` (`Assigned`, or an import that ended);
 //! - `suspended`, back to `running`: `stream::Runner::apply_pause`;
 //! - `handing over`, `closed`: `stream::Runner::handle_assignment` (`Revoked`), and

@@ -9,7 +9,7 @@ use crate::engine::derive::Derived;
 use crate::engine::inventory::InventoryTask;
 use crate::engine::outbox::OutboxRow;
 use crate::engine::sku_task::{SkuTask, SkuTaskConfig};
-use crate::engine::{OutputRecord, PartitionTask, SourceRecord, Stats, TaskConfig};
+use crate::engine::{OrdersTask, OutputRecord, SourceRecord, Stats, TaskConfig};
 
 /// `PartitionId::source` of each input topic (defined beside `PartitionId`).
 pub const ORDERS: u16 = PartitionId::ORDERS;
@@ -75,7 +75,7 @@ impl TaskFactory {
     /// The task of `id`, resumed from its checkpoint and state in `store`.
     pub fn restore<S: StateView + ?Sized>(&self, store: &S, id: PartitionId) -> Result<Task, StateError> {
         Ok(match id.source {
-            ORDERS => Task::Orders(Box::new(PartitionTask::restore(store, id, self.task_cfg.clone())?)),
+            ORDERS => Task::Orders(Box::new(OrdersTask::restore(store, id, self.task_cfg.clone())?)),
             INVENTORY => Task::Inventory(InventoryTask::restore(
                 store,
                 id,
@@ -91,7 +91,7 @@ impl TaskFactory {
 
 pub enum Task {
     /// Orders: normalise, dedup, dashboard, forward lines by SKU.
-    Orders(Box<PartitionTask>),
+    Orders(Box<OrdersTask>),
     /// Inventory: validate, forward snapshots by SKU.
     Inventory(InventoryTask),
     /// SKU repartition: merge in logical-time order, rules, outbox.

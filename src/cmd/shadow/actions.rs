@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use tidemark_topology::config::Topology;
 
 use super::replay::Source;
-use crate::testkit::driver::{Partitions, TopologyDriver};
+use crate::tasks::driver::{Partitions, TopologyDriver};
 
 /// How the replay cuts the history into commits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::json::too_deep;
 use super::*;
 
 /// 2026-11-28T15:00:00Z.

@@ -6,9 +6,9 @@ use std::fmt;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use super::{
-    bounded, currency, describe, nullable, quantity, required_list, rfc3339_ms, At, Checks, Json, Obj, RawOrder,
-};
+use super::checks::{bounded, currency, describe, quantity, rfc3339_ms, At, Checks};
+use super::json::{nullable, required_list, Json, Obj};
+use super::RawOrder;
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind, Line};
 use crate::reject::{RejectReason, Rejection};

@@ -7,7 +7,9 @@ use chrono::DateTime;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use super::{bounded, currency, describe, nullable, quantity, required_list, At, Checks, Json, Obj, RawOrder};
+use super::checks::{bounded, currency, describe, quantity, At, Checks};
+use super::json::{nullable, required_list, Json, Obj};
+use super::RawOrder;
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind, Line};
 use crate::reject::{RejectReason, Rejection};

@@ -1,4 +1,4 @@
-//! The stream's end of the hand-over channel ([`RowSender`]).
+//! The stream's end of the row channel ([`RowSender`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,9 +11,9 @@ use crate::engine::outbox::OutboxRow;
 
 /// The channel was full or the runtime gone: the row waits in the outbox for a rescan.
 #[derive(Debug)]
-pub struct NotHandedOver;
+pub struct RowNotSent;
 
-/// The stream's end of the hand-over channel: committed outbox rows go to the runtime, and
+/// The stream's end of the row channel: committed outbox rows go to the runtime, and
 /// count in its [`Backlog`] from the moment they are sent. Rows are durable before they are
 /// sent, so a full channel loses nothing: the runtime rescans the outbox.
 #[derive(Clone)]
@@ -23,12 +23,12 @@ pub struct RowSender {
 }
 
 impl RowSender {
-    pub fn try_send(&self, item: (PartitionId, OutboxRow)) -> Result<(), NotHandedOver> {
+    pub fn try_send(&self, item: (PartitionId, OutboxRow)) -> Result<(), RowNotSent> {
         let counter = self.backlog.counter(&item.1);
         counter.fetch_add(1, Ordering::SeqCst);
         self.tx.try_send(item).map_err(|_| {
             counter.fetch_sub(1, Ordering::SeqCst);
-            NotHandedOver
+            RowNotSent
         })
     }
 

@@ -4,7 +4,7 @@ use tidemark_state::{PartitionId, Store, StoreOptions};
 
 use super::output::{OutputRecord, Sink};
 use super::stats::Stats;
-use super::task::{PartitionTask, SourceRecord, TaskConfig};
+use super::{OrdersTask, SourceRecord, TaskConfig};
 
 const MIN: i64 = 60_000;
 const HOUR: i64 = 60 * MIN;
@@ -32,12 +32,12 @@ impl Harness {
         Harness { _dir: dir, store, stats: Stats::default(), id: PartitionId { source: 0, partition: 0 } }
     }
 
-    fn task(&self) -> PartitionTask {
-        PartitionTask::restore(&self.store, self.id, TaskConfig::example()).expect("restore")
+    fn task(&self) -> OrdersTask {
+        OrdersTask::restore(&self.store, self.id, TaskConfig::example()).expect("restore")
     }
 
     /// Ingests `(offset, append, value)` records and commits; returns the outputs.
-    fn batch(&self, task: &mut PartitionTask, records: &[(i64, i64, Vec<u8>)]) -> Vec<OutputRecord> {
+    fn batch(&self, task: &mut OrdersTask, records: &[(i64, i64, Vec<u8>)]) -> Vec<OutputRecord> {
         let mut out = Vec::new();
         for (offset, append_ms, value) in records {
             let rec = SourceRecord { key: Some(b"k"), value: Some(value), append_ms: *append_ms, offset: *offset };

@@ -2,10 +2,10 @@
 //! windows and provisional finance days).
 //!
 //! A task works in two steps per commit interval:
-//! 1. [`PartitionTask::ingest`] each polled record in offset order: normalise it (bad input
+//! 1. [`OrdersTask::ingest`] each polled record in offset order: normalise it (bad input
 //!    goes to the dead-letter output at once), advance the watermark, decide lateness, and
 //!    keep the event pending.
-//! 2. [`PartitionTask::finish`] at the commit point: look up every pending event id in one
+//! 2. [`OrdersTask::finish`] at the commit point: look up every pending event id in one
 //!    batched read, apply the new events to the in-memory aggregates, emit the changed
 //!    aggregates, expire windows past retention, and stage all of it plus the new checkpoint
 //!    into the commit batch.
@@ -26,18 +26,10 @@ use tidemark_topology::normalize::{normalize_order_with, NormalizeLimits};
 use tidemark_topology::provisional::{self, DayCalendar, ProvAgg, ProvKey, ProvisionalRecord};
 use tidemark_topology::window::{window_start, Watermark, WindowPolicy};
 
-use super::derive::{sku_partition, Derived};
+use super::derive::{mark, sku_partition, Derived};
 use super::output::{OutputRecord, Sink};
+use super::record::SourceRecord;
 use super::stats::Stats;
-
-/// A source record as the engine sees it, borrowed from the consumer's buffer.
-#[derive(Clone, Copy, Debug)]
-pub struct SourceRecord<'a> {
-    pub key: Option<&'a [u8]>,
-    pub value: Option<&'a [u8]>,
-    pub append_ms: i64,
-    pub offset: i64,
-}
 
 /// What a task needs from the topology.
 #[derive(Clone, Debug)]
@@ -91,7 +83,7 @@ struct Entry<A> {
     dirty: bool,
 }
 
-pub struct PartitionTask {
+pub struct OrdersTask {
     id: PartitionId,
     cfg: TaskConfig,
     checkpoint: Checkpoint,
@@ -101,12 +93,12 @@ pub struct PartitionTask {
     days: BTreeMap<ProvKey, Entry<ProvAgg>>,
     calendar: DayCalendar,
     uncommitted: bool,
-    /// Ids applied by earlier [`PartitionTask::finish`] calls whose batch is not committed
+    /// Ids applied by earlier [`OrdersTask::finish`] calls whose batch is not committed
     /// yet; `Some` only when several finishes share one commit (micro-batch slices).
     held_dedup: Option<HashMap<String, i64>>,
 }
 
-impl PartitionTask {
+impl OrdersTask {
     /// Rebuilds the task from its last checkpoint: progress and every live aggregate.
     pub fn restore<S: StateView + ?Sized>(store: &S, id: PartitionId, cfg: TaskConfig) -> Result<Self, StateError> {
         let checkpoint = store.checkpoint(id)?.unwrap_or_default();
@@ -122,7 +114,7 @@ impl PartitionTask {
             let agg: ProvAgg = codec::decode("finance row", &v)?;
             days.insert(key, Entry { agg, dirty: false });
         }
-        Ok(PartitionTask {
+        Ok(OrdersTask {
             calendar: DayCalendar::new(cfg.finance_tz),
             id,
             cfg,
@@ -155,7 +147,7 @@ impl PartitionTask {
         &self.checkpoint
     }
 
-    /// True when records were ingested since the last [`PartitionTask::finish`].
+    /// True when records were ingested since the last [`OrdersTask::finish`].
     pub fn has_uncommitted(&self) -> bool {
         self.uncommitted
     }
@@ -352,9 +344,9 @@ impl PartitionTask {
         }
     }
 
-    /// Lets several [`PartitionTask::finish`] calls stage into one commit batch (a
+    /// Lets several [`OrdersTask::finish`] calls stage into one commit batch (a
     /// micro-batch slice): ids applied by an earlier call are remembered in memory until
-    /// [`PartitionTask::release_held`], since the store cannot see them before the commit.
+    /// [`OrdersTask::release_held`], since the store cannot see them before the commit.
     pub fn hold_dedup_until_commit(&mut self) {
         self.held_dedup.get_or_insert_with(HashMap::new);
     }
@@ -380,21 +372,10 @@ impl PartitionTask {
         store.set_dedup_horizon(self.id, self.dedup_horizon());
     }
 
-    /// The horizon [`PartitionTask::committed`] sets, for the checkpoint as of now: read it
-    /// right after [`PartitionTask::finish`] to apply it once that batch is durable.
+    /// The horizon [`OrdersTask::committed`] sets, for the checkpoint as of now: read it
+    /// right after [`OrdersTask::finish`] to apply it once that batch is durable.
     pub fn dedup_horizon(&self) -> i64 {
         dedup_expiry_horizon(self.checkpoint.max_append_ms, self.cfg.dedup_retention_ms)
-    }
-}
-
-/// "Every record I write from now on has a logical time of at least this": the effective
-/// append time so far (later records cannot be lower) and the next offset. A caught-up
-/// upstream may promise more, `idle_bound_ms` (clock minus the configured skew).
-pub fn mark(id: PartitionId, checkpoint: &Checkpoint, idle_bound_ms: Option<i64>) -> Derived {
-    let append = checkpoint.max_append_ms.max(idle_bound_ms.unwrap_or(i64::MIN));
-    Derived::Mark {
-        upstream: (id.source, id.partition),
-        bound: LogicalTime::new(append, id.source, id.partition, checkpoint.next_offset),
     }
 }
 
