@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite: installs prerequisites, checks formatting and lints, starts a real
 # Apache Kafka on 127.0.0.1, runs every test (unit, black-box, the Kafka Connect → PostgreSQL
-# pipeline), and stops the broker.
+# pipeline), the chaos short profile, the chart checks and the benchmark harness's smoke run,
+# and stops the broker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every prerequisite, found or missing and how it was detected; then install what is missing.
@@ -33,3 +34,9 @@ echo "[test] chaos: short profile (own broker on port ${CHAOS_KAFKA_PORT:-19492}
 
 echo "[test] helm chart: lint, render, schema-validate, alert rules, dashboard" >&2
 TIDEMARK_BIN="$CARGO_TARGET_DIR/release/tidemark" bash helm/test.sh
+
+# The benchmark harness cannot rot: every scenario's smoke variant (one half-block, tiny
+# input, its output checks) against this build, on the harness's own broker (port 39092).
+echo "[test] bench harness: every scenario's smoke variant (bench/run --smoke-all)" >&2
+python3 -m doctest bench/harness/util.py
+bench/run --smoke-all --bin "$CARGO_TARGET_DIR/release/tidemark"
