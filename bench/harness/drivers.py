@@ -14,11 +14,13 @@ import subprocess
 import time
 
 from .endpoint import Endpoint
-from .sampler import Sampler, scrape
+from .sampler import HISTOGRAMS, Sampler, scrape, window
 from .systems import Tidemark, tail
-from .util import BenchError, du_bytes, free_port, kill9, log, median, percentile, stop
+from .util import BenchError, du_bytes, free_port, histogram_quantile, kill9, log, median, percentile, stop
 
 RULE = {"min_units": 50, "factor": "3.0", "baseline_windows": 15}
+# tidemark_latency_seconds' segments in the order of an action's path (src/telemetry/events.rs).
+SEGMENTS = ("append_to_consume", "consume_to_commit", "commit_to_dispatch", "dispatch_to_ack", "end_to_end")
 
 
 def rule(ctx):
@@ -65,6 +67,25 @@ def ks_per_second_p99(path):
     except (OSError, ValueError):
         pass
     return out
+
+
+def histogram_measures(before, after):
+    """p50 and p99 of tidemark's own latency histograms over the observations between two
+    Run.histograms() readings: seg_<segment>_p50_s/_p99_s per tidemark_latency_seconds segment
+    (SEGMENTS first, in that order), then checkpoint_duration_* and commit_wait_*."""
+    hs = {}
+    for series, bs in window(before, after).items():
+        name, _, labels = series.partition("{")
+        seg = labels.partition("segment=")[2].rstrip("}")
+        hs[f"seg_{seg}" if seg else name.removesuffix("_seconds")] = bs
+    order = [f"seg_{s}" for s in SEGMENTS]
+    m = {}
+    for stem in order + sorted(set(hs) - set(order)):
+        for q in (50, 99):
+            v = histogram_quantile(q / 100, hs.get(stem, {}))
+            if v is not None:
+                m[f"{stem}_p{q}_s"] = round(v, 4)
+    return m
 
 
 def caught_up_at(p99s, after_s, limit_ms):
@@ -145,6 +166,10 @@ class Run:
         pids = {f"p{k}": (lambda k=k: self.procs[k].pid if self.procs[k].poll() is None else None) for k in range(len(self.procs))}
         urls = {f"p{k}": f"http://127.0.0.1:{port}/metrics" for k, port in enumerate(self.ports) if port}
         self.sampler = Sampler(interval, pids=pids, urls=urls).start()
+
+    def histograms(self):
+        """Every tidemark process's latency histograms now (scrape(..., wanted=HISTOGRAMS) each, None if it did not answer)."""
+        return [scrape(f"http://127.0.0.1:{port}/metrics", wanted=HISTOGRAMS) for port in self.ports if port]
 
     def p99s(self, k=0):
         if self.kind == "tidemark":
@@ -332,10 +357,13 @@ class Paced:
                         log_path=os.path.join(r.dir, "gen.log"))
             kill_at = p.get("kill_at_s")
             t_kill = None
+            hist0 = None  # the histograms when the measured window starts (measure_from_s)
             last_progress = time.time()
             while g.poll() is None:
                 time.sleep(0.2)
                 now = time.time()
+                if hist0 is None and now - t_gen >= p.get("measure_from_s", 10):
+                    hist0 = r.histograms()
                 if kill_at is not None and t_kill is None and now - t_gen >= kill_at:
                     log(f"  kill -9 at {kill_at} s of the input; restarting at once")
                     kill9(r.procs[0])
@@ -360,6 +388,7 @@ class Paced:
             if g.returncode != 0:
                 raise BenchError(f"run {run_id}: the generator exited with {g.returncode}; {os.path.join(r.dir, 'gen.log')}:\n{tail(os.path.join(r.dir, 'gen.log'))}")
             t_end = time.time()
+            hists = (hist0, r.histograms()) if hist0 is not None else ([], [])
             time.sleep(p.get("drain_s", 5))
             r.check_alive()
             samples = r.sampler.stop()
@@ -367,12 +396,12 @@ class Paced:
             state_bytes = du_bytes(os.path.join(r.dir, "state0"))
             for pr in r.procs:
                 stop(pr)
-            m = self.measures(ctx, r, ep, samples, t_start, t_gen, t_end, t_kill, secs)
+            m = self.measures(ctx, r, ep, samples, t_start, t_gen, t_end, t_kill, secs, hists)
             m["state_dir_mb"] = round(state_bytes / 2**20, 1)
             r.keep_raw(samples, extra={"t_start": t_start, "t_gen": t_gen, "t_end": t_end, "t_kill": t_kill})
             return m
 
-    def measures(self, ctx, r, ep, samples, t_start, t_gen, t_end, t_kill, secs):
+    def measures(self, ctx, r, ep, samples, t_start, t_gen, t_end, t_kill, secs, hists=([], [])):
         p = ctx.p
         limit = p.get("caught_up_ms", 1000)
         posts = ep.snapshot()
@@ -391,6 +420,8 @@ class Paced:
             if lat:
                 m["p50_s"] = round(percentile(lat, 50) / 1000, 3)
                 m["p99_s"] = round(percentile(lat, 99) / 1000, 3)
+            # tidemark's own segments over the same window (measure_from_s → input end).
+            m.update(histogram_measures(*hists))
         else:
             m["p99_s"] = m.get("p99_per_second_median_s")
         ref = {"spike_end": t_gen + p.get("pre_s", 0) + p.get("spike_s", 0), "start": t_start, "kill": t_kill}.get(p.get("caught_up_from", "spike_end"))

@@ -56,6 +56,39 @@ def percentile(xs, q):
     return xs[k]
 
 
+def histogram_quantile(q, buckets):
+    """The q-quantile (0..1) of a histogram {upper bound: cumulative count} (with the +Inf
+    bucket) as Prometheus' histogram_quantile computes it: linear inside the bucket the rank
+    falls in, the lowest bucket from 0, a rank in the +Inf bucket the highest finite bound;
+    None without observations. Checked by `python3 -m doctest bench/harness/util.py`:
+
+    >>> b = {0.1: 10, 0.2: 60, 0.5: 90, 1.0: 100, float("inf"): 100}
+    >>> round(histogram_quantile(0.5, b), 6)   # rank 50: the 40th of 50 in (0.1, 0.2]
+    0.18
+    >>> round(histogram_quantile(0.99, b), 6)  # rank 99: the 9th of 10 in (0.5, 1.0]
+    0.95
+    >>> round(histogram_quantile(0.05, b), 6)  # in the lowest bucket, from 0
+    0.05
+    >>> histogram_quantile(0.99, {0.1: 0, 1.0: 50, float("inf"): 100})  # above every finite bound
+    1.0
+    >>> histogram_quantile(0.5, {0.1: 0, float("inf"): 0}) is None
+    True
+    """
+    bs = sorted(buckets.items())
+    if len(bs) < 2 or bs[-1][0] != float("inf") or bs[-1][1] <= 0:
+        return None
+    rank = q * bs[-1][1]
+    lo, below = 0.0, 0
+    for le, n in bs:
+        n = max(n, below)  # monotonic, as Prometheus makes it
+        if n >= rank and n > below:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * (rank - below) / (n - below)
+        lo, below = le, n
+    return None
+
+
 def write_json(path, obj):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
