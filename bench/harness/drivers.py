@@ -20,7 +20,7 @@ from .util import BenchError, du_bytes, free_port, histogram_quantile, kill9, lo
 
 RULE = {"min_units": 50, "factor": "3.0", "baseline_windows": 15}
 # tidemark_latency_seconds' segments in the order of an action's path (src/telemetry/events.rs).
-SEGMENTS = ("append_to_consume", "consume_to_commit", "commit_to_dispatch", "dispatch_to_ack", "end_to_end")
+SEGMENTS = ("append_to_consume", "append_to_release", "consume_to_commit", "commit_to_dispatch", "dispatch_to_ack", "end_to_end")
 
 
 def rule(ctx):
@@ -72,12 +72,15 @@ def ks_per_second_p99(path):
 def histogram_measures(before, after):
     """p50 and p99 of tidemark's own latency histograms over the observations between two
     Run.histograms() readings: seg_<segment>_p50_s/_p99_s per tidemark_latency_seconds segment
-    (SEGMENTS first, in that order), then checkpoint_duration_* and commit_wait_*."""
+    (SEGMENTS first, in that order), then checkpoint_duration_*, commit_wait_* and
+    commit_phase_<phase>_*."""
     hs = {}
     for series, bs in window(before, after).items():
         name, _, labels = series.partition("{")
         seg = labels.partition("segment=")[2].rstrip("}")
-        hs[f"seg_{seg}" if seg else name.removesuffix("_seconds")] = bs
+        phase = labels.partition("phase=")[2].rstrip("}")
+        stem = name.removesuffix("_seconds") + (f"_{phase}" if phase else "")
+        hs[f"seg_{seg}" if seg else stem] = bs
     order = [f"seg_{s}" for s in SEGMENTS]
     m = {}
     for stem in order + sorted(set(hs) - set(order)):

@@ -19,7 +19,8 @@ WANTED = ("tidemark_outbox", "tidemark_standby_rows", "tidemark_backlog_age_seco
           "tidemark_records_total", "tidemark_dispatch_total", "tidemark_state_", "tidemark_task_entries", "tidemark_build_info",
           "tidemark_partition_owned", "tidemark_standby_partitions")
 # The cumulative buckets of tidemark's latency histograms (src/telemetry/events.rs).
-HISTOGRAMS = ("tidemark_latency_seconds_bucket", "tidemark_checkpoint_duration_seconds_bucket", "tidemark_commit_wait_seconds_bucket")
+HISTOGRAMS = ("tidemark_latency_seconds_bucket", "tidemark_checkpoint_duration_seconds_bucket", "tidemark_commit_wait_seconds_bucket",
+              "tidemark_commit_phase_seconds_bucket")
 
 
 def parse(page, wanted=WANTED):

@@ -28,7 +28,7 @@ METRIC_RE = re.compile(r"\btidemark_[a-zA-Z0-9_]+")
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 LABEL_VALUES = {
     "outcome": {"delivered", "conflict", "retry", "permanent_failure"},
-    "segment": {"append_to_consume", "consume_to_commit", "commit_to_dispatch", "dispatch_to_ack", "end_to_end"},
+    "segment": {"append_to_consume", "append_to_release", "consume_to_commit", "commit_to_dispatch", "dispatch_to_ack", "end_to_end"},
 }
 # Metrics whose label takes other values than LABEL_VALUES says (checked within their selector).
 METRIC_LABEL_VALUES = {

@@ -258,11 +258,14 @@ impl SkuTask {
     ) -> Result<(), StateError> {
         self.uncommitted = false;
         if let Some(bound) = self.release_bound() {
+            // One wall-clock read per finish, for the merge's latency metric only.
+            let now_ms = if self.buffer.is_empty() { 0 } else { chrono::Utc::now().timestamp_millis() };
             while let Some(entry) = self.buffer.first_entry() {
                 if entry.key().0 >= bound {
                     break;
                 }
                 let (key, buffered) = entry.remove_entry();
+                crate::telemetry::events::merge_released(now_ms - key.0.append_ms);
                 if buffered.offset.is_none() {
                     self.released.push(key);
                 }

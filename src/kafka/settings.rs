@@ -57,9 +57,15 @@ impl KafkaSettings {
         self.with_pairs(&pairs).map_err(|e| format!("{}: {e}", path.display()))
     }
 
+    /// Every client's configuration: the bootstrap servers, TCP_NODELAY on broker sockets,
+    /// then the user's settings (`--kafka-config`, which may change either). librdkafka
+    /// leaves Nagle's algorithm on by default (the Java client does not): a small produce
+    /// request then waits for the broker's delayed ACK, ~40 ms on Linux, and every commit
+    /// waits for its outputs' acknowledgement (measured: p50 37 ms of a 20k/s commit).
     pub fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap);
+        c.set("socket.nagle.disable", "true");
         for (k, v) in &self.extra {
             c.set(k, v);
         }

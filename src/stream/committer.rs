@@ -128,7 +128,9 @@ impl Drop for Committer {
 fn commit(shared: &Shared, job: Job) -> anyhow::Result<bool> {
     failpoint::hit("commit.before_outputs_flushed");
     let progress = Arc::clone(&shared.progress);
+    let flushing = Instant::now();
     shared.sink.flush(&move || progress.beat())?;
+    shared.latencies.outputs.record(flushing.elapsed().as_secs_f64());
     failpoint::hit("commit.after_outputs_before_state");
     if job.batch.is_empty() {
         return Ok(false);

@@ -669,6 +669,7 @@ impl Runner {
         self.publish_held();
         self.complete(consumer)?;
         self.skip_control_records(consumer);
+        let finishing = Instant::now();
         let store = Arc::clone(&self.store);
         let mut batch = store.batch();
         let progressed =
@@ -679,6 +680,7 @@ impl Runner {
         }
         Stats::add(&self.opts.stats.outputs, self.out.len() as u64);
         self.sink.send_all(&mut self.out)?;
+        self.latencies.finish.record(finishing.elapsed().as_secs_f64());
         self.committer.submit(Job {
             batch: batch.stage(),
             rows: std::mem::take(&mut self.rows),

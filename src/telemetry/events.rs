@@ -15,6 +15,7 @@ use crate::engine::Stats;
 pub const LATENCY: &str = "tidemark_latency_seconds";
 pub const CHECKPOINT: &str = "tidemark_checkpoint_duration_seconds";
 pub const COMMIT_WAIT: &str = "tidemark_commit_wait_seconds";
+pub const COMMIT_PHASE: &str = "tidemark_commit_phase_seconds";
 pub const DISPATCH: &str = "tidemark_dispatch_total";
 pub const DISPATCH_OUTCOMES: [&str; 4] = ["delivered", "conflict", "retry", "permanent_failure"];
 
@@ -32,6 +33,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         .set_buckets_for_metric(Matcher::Full(LATENCY.into()), &BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(CHECKPOINT.into()), &BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(COMMIT_WAIT.into()), &BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(COMMIT_PHASE.into()), &BUCKETS)?
         .install_recorder()?;
     // Series exist from the start, so dashboards and alerts see zeros rather than gaps.
     for outcome in DISPATCH_OUTCOMES {
@@ -50,6 +52,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Segment {
     AppendToConsume,
+    AppendToRelease,
     ConsumeToCommit,
     CommitToDispatch,
     DispatchToAck,
@@ -60,6 +63,7 @@ impl Segment {
     pub fn as_str(self) -> &'static str {
         match self {
             Segment::AppendToConsume => "append_to_consume",
+            Segment::AppendToRelease => "append_to_release",
             Segment::ConsumeToCommit => "consume_to_commit",
             Segment::CommitToDispatch => "commit_to_dispatch",
             Segment::DispatchToAck => "dispatch_to_ack",
@@ -76,6 +80,12 @@ pub struct Latencies {
     pub checkpoint: Histogram,
     /// How long the stream thread waited for the previous batch's commit.
     pub commit_wait: Histogram,
+    /// The stream thread's part of a commit: every task finishes into the batch, marks and
+    /// outputs are queued (`phase="finish"`).
+    pub finish: Histogram,
+    /// The commit thread's wait for every output of the batch to be acknowledged, before
+    /// the state write (`phase="outputs"`).
+    pub outputs: Histogram,
 }
 
 impl Default for Latencies {
@@ -86,6 +96,8 @@ impl Default for Latencies {
             consume_to_commit: seg(Segment::ConsumeToCommit),
             checkpoint: histogram!(CHECKPOINT),
             commit_wait: histogram!(COMMIT_WAIT),
+            finish: histogram!(COMMIT_PHASE, "phase" => "finish"),
+            outputs: histogram!(COMMIT_PHASE, "phase" => "outputs"),
         }
     }
 }
@@ -94,6 +106,16 @@ impl Latencies {
     pub fn checkpoint_committed(&self, took: Duration) {
         self.checkpoint.record(took.as_secs_f64());
     }
+}
+
+/// A line or snapshot released by a SKU task's merge, `age_ms` after its upstream record's
+/// broker append (`segment="append_to_release"`: the first hop, the merge's wait for every
+/// upstream's promise, not the SKU commit). The handle is resolved once.
+pub fn merge_released(age_ms: i64) {
+    static RELEASED: std::sync::OnceLock<Histogram> = std::sync::OnceLock::new();
+    RELEASED
+        .get_or_init(|| histogram!(LATENCY, "segment" => Segment::AppendToRelease.as_str()))
+        .record(age_ms.max(0) as f64 / 1000.0);
 }
 
 /// One observation of a latency segment (the dispatcher's segments, off the hot path).
