@@ -583,3 +583,24 @@ fn a_state_of_the_first_format_with_inline_lines_is_rewritten_as_rows_at_the_nex
     let rows: Vec<(i64, Option<u64>)> = again[0].lines.iter().map(|(t, u)| (*t, u.map(|u| u.placed))).collect();
     assert_eq!(rows, [(T0, Some(4)), (T0 + SEC, Some(1))]);
 }
+
+/// FNV-1a over every intent's key and payload bytes, in order: a fingerprint of a run.
+fn fingerprint(intents: &[ActionIntent]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for i in intents {
+        for b in i.key.bytes().chain([0]).chain(i.payload_json()).chain([0]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+#[test]
+fn the_built_in_rules_keys_and_payloads_over_the_workload_are_pinned_byte_for_byte() {
+    // Recorded with the release before expression rules existed: any change to a built-in
+    // rule's keys or payload bytes changes the fingerprint.
+    let out = run_in_one_go(&workload());
+    let by_rule = |id: &str| out.iter().filter(|i| i.rule_id == id).count();
+    assert_eq!((out.len(), by_rule("oversell"), by_rule("low_stock"), by_rule("velocity_spike")), (171, 29, 33, 109));
+    assert_eq!(fingerprint(&out), 0xed1a_e3a5_21f5_02bb);
+}
