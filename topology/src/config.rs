@@ -12,7 +12,7 @@
 //! - `locate`: the first pass, every type error located by key path and line:column.
 //! - `checker`: the second pass's error collector and the checks sections share.
 //! - `compile`: the second pass, one function per section.
-//! - `rules`: the `[[rules]]` section.
+//! - `rules`: the `[[rules]]` section; `expression`: a `kind = "expression"` rule in it.
 //! - `rule_mode`, `sink_format`, `idle_promise`: the named choices of a few keys.
 
 use std::path::Path;
@@ -20,6 +20,9 @@ use std::path::Path;
 mod checker;
 mod compile;
 mod error;
+mod expression;
+#[cfg(test)]
+mod expression_tests;
 mod idle_promise;
 mod locate;
 mod model;
@@ -32,7 +35,10 @@ mod tests;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use idle_promise::{IdlePromise, UnknownIdlePromise};
-pub use model::{Endpoints, Rule, RuleKind, TopicSpec, Topology, Trust, MAX_IDENTIFIER_BYTES_LIMIT};
+pub use model::{
+    Endpoints, ExpressionRule, Rule, RuleAction, RuleKind, RuleTrigger, TopicSpec, Topology, Trust,
+    MAX_IDENTIFIER_BYTES_LIMIT,
+};
 pub use rule_mode::{RuleMode, UnknownRuleMode};
 pub use sink_format::{SinkFormat, UnknownSinkFormat};
 
@@ -59,7 +65,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Topology, ConfigErrors> {
     }));
     let typed = errors.len();
     let mut checked = Vec::new();
-    let topology = compile::compile(raw, &mut checked);
+    let topology = compile::compile(raw, &locate::Source::new(text), &mut checked);
     // A key with a type error was checked with a stand-in value: its other complaints are noise.
     let bad_types: Vec<String> = errors[..typed].iter().map(|e| e.path.clone()).collect();
     errors.extend(checked.into_iter().filter(|e| !bad_types.contains(&e.path)));

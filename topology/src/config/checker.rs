@@ -1,16 +1,25 @@
 //! The second pass's error collector and the checks several sections share.
 
+use super::locate::{display_path, Source, Step};
 use super::raw::{RawCombinedTopic, RawTopic};
 use super::{ConfigError, SinkFormat, TopicSpec};
 
 /// Collects errors instead of stopping at the first.
 pub(super) struct Checker<'a> {
     pub(super) errors: &'a mut Vec<ConfigError>,
+    /// The text, to place errors found inside a string value (an expression).
+    pub(super) source: &'a Source<'a>,
 }
 
 impl Checker<'_> {
     pub(super) fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.errors.push(ConfigError { path: path.into(), line_col: None, message: message.into() });
+    }
+
+    /// An error at byte `offset` of the string value at `path`, with its line and column.
+    pub(super) fn error_in_string(&mut self, path: &[Step], offset: usize, message: impl Into<String>) {
+        let line_col = self.source.in_string(path, offset);
+        self.errors.push(ConfigError { path: display_path(path), line_col, message: message.into() });
     }
 
     /// `None` (and an error) when the text is not a duration.

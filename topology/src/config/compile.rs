@@ -5,14 +5,15 @@
 use std::collections::BTreeMap;
 
 use super::checker::Checker;
+use super::locate::Source;
 use super::raw::{RawEndpoints, RawFinance, RawInternal, RawSinks, RawSources, RawState, RawTopology, RawWindows};
 use super::rules::rules;
 use super::{ConfigError, Endpoints, IdlePromise, TopicSpec, Topology, Trust, MAX_IDENTIFIER_BYTES_LIMIT};
 use crate::normalize::{NormalizeLimits, DEFAULT_MAX_IDENTIFIER_BYTES};
 use crate::window::WindowPolicy;
 
-pub(super) fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topology {
-    let mut c = Checker { errors };
+pub(super) fn compile(raw: RawTopology, source: &Source, errors: &mut Vec<ConfigError>) -> Topology {
+    let mut c = Checker { errors, source };
     if raw.name.trim().is_empty() {
         c.error("name", "must not be empty");
     }
@@ -32,7 +33,7 @@ pub(super) fn compile(raw: RawTopology, errors: &mut Vec<ConfigError>) -> Topolo
         }
     }
     let finance_time_zone = finance(&mut c, &raw.finance);
-    let rules = rules(&mut c, raw.rules, &raw.endpoints);
+    let rules = rules(&mut c, raw.rules, &raw.endpoints, &window);
 
     Topology {
         name: raw.name,
@@ -269,11 +270,11 @@ fn state(c: &mut Checker, raw: RawState) -> State {
 }
 
 /// `[windows.dashboard]` in milliseconds (`None` where a value was wrong and reported).
-struct Window {
-    size: Option<i64>,
-    allowed_lateness: Option<i64>,
-    grace: Option<i64>,
-    retention: Option<i64>,
+pub(super) struct Window {
+    pub(super) size: Option<i64>,
+    pub(super) allowed_lateness: Option<i64>,
+    pub(super) grace: Option<i64>,
+    pub(super) retention: Option<i64>,
 }
 
 fn windows(c: &mut Checker, raw: &RawWindows) -> Window {

@@ -45,12 +45,12 @@ pub(super) fn deserialize(text: &str) -> (Option<(RawTopology, Vec<String>)>, Ve
 
 /// One step of a key path: a key of a table, or an index into an array (of tables).
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Step {
+pub(super) enum Step {
     Key(String),
     Index(usize),
 }
 
-fn display_path(path: &[Step]) -> String {
+pub(super) fn display_path(path: &[Step]) -> String {
     let mut out = String::new();
     for step in path {
         match step {
@@ -168,4 +168,47 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
+}
+
+/// The original text, parsed with spans, to place what the second pass finds inside a value.
+pub(super) struct Source<'a> {
+    text: &'a str,
+    doc: Option<toml_edit::ImDocument<&'a str>>,
+}
+
+impl<'a> Source<'a> {
+    pub(super) fn new(text: &'a str) -> Self {
+        Source { text, doc: toml_edit::ImDocument::parse(text).ok() }
+    }
+
+    /// Line and column of the byte `offset` inside the string value at `path`: exact when
+    /// the string is written without escapes, else the start of the value.
+    pub(super) fn in_string(&self, path: &[Step], offset: usize) -> Option<(usize, usize)> {
+        let doc = self.doc.as_ref()?;
+        let start = span_of(doc.as_item(), path)?;
+        let value = item_at(doc.as_item(), path)?.as_str()?;
+        let raw = self.text.get(start..)?;
+        let (delimiter, multi_line) = match raw.get(..3) {
+            Some("\"\"\"") | Some("'''") => (3, true),
+            _ => (1, false),
+        };
+        let mut content = start + delimiter;
+        if multi_line {
+            let rest = self.text.get(content..)?;
+            content += if rest.starts_with("\r\n") { 2 } else { usize::from(rest.starts_with('\n')) };
+        }
+        let exact = self.text.get(content..).is_some_and(|t| t.starts_with(value)) && offset <= value.len();
+        Some(line_col(self.text, if exact { content + offset } else { start }))
+    }
+}
+
+fn item_at<'d>(root: &'d toml_edit::Item, path: &[Step]) -> Option<&'d toml_edit::Item> {
+    let mut item = root;
+    for step in path {
+        item = match step {
+            Step::Key(k) => item.get(k.as_str())?,
+            Step::Index(i) => item.get(*i)?,
+        };
+    }
+    Some(item)
 }

@@ -1,6 +1,7 @@
 //! What a loaded topology is: the validated model every other crate reads.
 
 use super::{IdlePromise, RuleMode, SinkFormat};
+use crate::expr::{Expr, Reads};
 use crate::normalize::NormalizeLimits;
 use crate::window::WindowPolicy;
 
@@ -101,8 +102,17 @@ pub struct TopicSpec {
 #[derive(Clone, Debug, PartialEq)]
 pub enum RuleKind {
     Oversell,
-    LowStock { threshold: i64, replenish_to: i64 },
-    VelocitySpike { min_units: u64, factor: rust_decimal::Decimal, baseline_windows: u32 },
+    LowStock {
+        threshold: i64,
+        replenish_to: i64,
+    },
+    VelocitySpike {
+        min_units: u64,
+        factor: rust_decimal::Decimal,
+        baseline_windows: u32,
+    },
+    /// A rule declared in the topology file (`kind = "expression"`, docs/rules.md).
+    Expression(ExpressionRule),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -111,4 +121,87 @@ pub struct Rule {
     pub version: u32,
     pub mode: RuleMode,
     pub kind: RuleKind,
+}
+
+impl Rule {
+    /// Whether the rule reads the SKU's stock snapshot (a per-snapshot rule always does: its
+    /// key names the snapshot).
+    pub fn reads_stock(&self) -> bool {
+        match &self.kind {
+            RuleKind::Oversell | RuleKind::LowStock { .. } => true,
+            RuleKind::VelocitySpike { .. } => false,
+            RuleKind::Expression(x) => x.trigger == RuleTrigger::PerSnapshot || x.reads().stock,
+        }
+    }
+
+    /// How many windows before the current one the rule reads, if it reads windows at all.
+    pub fn window_reach(&self) -> Option<u32> {
+        match &self.kind {
+            RuleKind::Oversell | RuleKind::LowStock { .. } => None,
+            RuleKind::VelocitySpike { baseline_windows, .. } => Some(*baseline_windows),
+            RuleKind::Expression(x) => x.reads().window.then_some(x.preceding_windows),
+        }
+    }
+}
+
+/// What an expression rule is "once per", which fixes its idempotency key exactly as for
+/// the built-in rules: `…:snapshot:{as_of}` or `…:window:{window_start}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleTrigger {
+    /// Checked on every update of the SKU once it has a snapshot; fires once per snapshot.
+    PerSnapshot,
+    /// Checked when a window gains placed units while open for actions; fires once per window.
+    PerWindow,
+}
+
+impl RuleTrigger {
+    pub const ALL: [RuleTrigger; 2] = [RuleTrigger::PerSnapshot, RuleTrigger::PerWindow];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleTrigger::PerSnapshot => "per_snapshot",
+            RuleTrigger::PerWindow => "per_window",
+        }
+    }
+}
+
+/// What an action asks the receiver to do (the payload's `action`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleAction {
+    StopSale,
+    Replenish,
+    Notify,
+}
+
+impl RuleAction {
+    pub const ALL: [RuleAction; 3] = [RuleAction::StopSale, RuleAction::Replenish, RuleAction::Notify];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleAction::StopSale => "stop_sale",
+            RuleAction::Replenish => "replenish",
+            RuleAction::Notify => "notify",
+        }
+    }
+}
+
+/// A compiled `kind = "expression"` rule: its condition and the evidence its payload carries,
+/// each type-checked when the topology was loaded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpressionRule {
+    pub trigger: RuleTrigger,
+    pub action: RuleAction,
+    /// Windows before the current one that `preceding.*` covers.
+    pub preceding_windows: u32,
+    /// A `bool` expression: the rule fires when it is true.
+    pub when: Expr,
+    /// The payload's evidence, name by name, in declaration order.
+    pub evidence: Vec<(String, Expr)>,
+}
+
+impl ExpressionRule {
+    /// Everything the condition and the evidence read.
+    pub fn reads(&self) -> Reads {
+        self.evidence.iter().fold(self.when.reads(), |r, (_, e)| r.union(e.reads()))
+    }
 }

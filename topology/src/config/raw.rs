@@ -238,4 +238,36 @@ pub(super) struct RawRule {
     pub(super) mode: String,
     #[serde(default)]
     pub(super) params: BTreeMap<String, toml::Value>,
+    /// `expression` for a rule declared as expressions; absent for a built-in rule.
+    pub(super) kind: Option<String>,
+    pub(super) trigger: Option<String>,
+    pub(super) action: Option<String>,
+    pub(super) when: Option<String>,
+    pub(super) preceding_windows: Option<i64>,
+    pub(super) evidence: Option<OrderedStrings>,
+}
+
+/// A table of strings in the order the file declares them (an expression rule's evidence is
+/// written in that order; the `toml` map would sort it).
+#[derive(Default)]
+pub(super) struct OrderedStrings(pub(super) Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for OrderedStrings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<OrderedStrings, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = OrderedStrings;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table of expression strings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<OrderedStrings, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, String>()? {
+                    out.push((k, v));
+                }
+                Ok(OrderedStrings(out))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
 }

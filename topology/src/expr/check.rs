@@ -89,7 +89,7 @@ pub(super) fn compile(source: &str, scope: &Scope) -> Result<Expr, Vec<ExprError
             return Err(e
                 .errors
                 .into_iter()
-                .map(|e| ExprError { offset: offset_of(source, e.pos), message: e.msg })
+                .map(|e| ExprError { offset: offset_of(source, e.pos), message: syntax_message(&e.msg) })
                 .collect())
         }
     };
@@ -98,6 +98,17 @@ pub(super) fn compile(source: &str, scope: &Scope) -> Result<Expr, Vec<ExprError
     match checked {
         Checked::Ok(node, ty) if c.errors.is_empty() => Ok(Expr { node, ty, reads: c.reads }),
         _ => Err(c.errors),
+    }
+}
+
+/// The parser's message without its list of grammar tokens.
+fn syntax_message(message: &str) -> String {
+    let short = message.split(" expecting ").next().unwrap_or(message);
+    let short = short.strip_prefix("Syntax error: ").unwrap_or(short);
+    if short.contains("'<EOF>'") {
+        "syntax error: the expression ends too early".to_string()
+    } else {
+        format!("syntax error: {short}")
     }
 }
 
