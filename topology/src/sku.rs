@@ -31,6 +31,8 @@
 //! changes an output.
 
 mod expression;
+#[cfg(test)]
+mod expression_tests;
 mod intent;
 mod rules;
 mod state;
