@@ -20,8 +20,10 @@ last_hour_units = "window.units + preceding.units"
 as_of = "as_of"
 "#;
 
+/// The example with its three built-in rules and `rule` (at `rules[3]`) as its rules.
 fn with(rule: &str) -> String {
-    format!("{EXAMPLE}{rule}")
+    let built_ins = EXAMPLE.split("\n# A rule declared as expressions").next().unwrap_or(EXAMPLE);
+    format!("{built_ins}{rule}")
 }
 
 fn errors_of(text: &str) -> ConfigErrors {
@@ -43,6 +45,8 @@ fn position(text: &str, needle: &str) -> (usize, usize) {
 
 #[test]
 fn an_expression_rule_compiles_with_its_trigger_action_and_evidence_in_declaration_order() {
+    assert_ne!(with(""), EXAMPLE, "the example ships an expression rule");
+    assert!(parse(EXAMPLE, "t.toml").expect("valid").rules.iter().any(|r| matches!(r.kind, RuleKind::Expression(_))));
     let t = parse(&with(RULE), "t.toml").expect("valid");
     let rule = t.rules.last().expect("a rule");
     assert_eq!((rule.id.as_str(), rule.version, rule.mode), ("cover_below_two_days", 1, RuleMode::Shadow));

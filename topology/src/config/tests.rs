@@ -6,7 +6,7 @@ fn the_shipped_example_is_valid() {
     let t = parse(EXAMPLE, "orders.toml").expect("example must validate");
     assert_eq!(t.dashboard_window.size_ms, 60_000);
     assert_eq!(t.dedup_retention_ms, 7 * 24 * 3_600_000);
-    assert_eq!(t.rules.len(), 3);
+    assert_eq!(t.rules.len(), 4);
     assert_eq!(t.finance_time_zone, chrono_tz::Asia::Tokyo);
 }
 
@@ -180,7 +180,7 @@ fn unknown_rule_parameters_and_duplicate_ids_are_rejected() {
         format!("{EXAMPLE}\n[[rules]]\nid = \"oversell\"\nversion = 2\nmode = \"shadow\"\nparams = {{ limit = 3 }}\n");
     let err = parse(&text, "t.toml").expect_err("must fail");
     let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(paths, vec!["rules[3].id", "rules[3].params.limit"], "{err}");
+    assert_eq!(paths, vec!["rules[4].id", "rules[4].params.limit"], "{err}");
 }
 
 #[test]
