@@ -19,11 +19,14 @@
 //!   Before the first snapshot, lines beyond retention are dropped.
 //! - A snapshot whose `as_of` is not newer than the SKU's current one is ignored. A newer
 //!   snapshot resets the stock rules: each may fire once more for it.
-//! - Velocity counts placed units only. Windows are kept only as far back as a window still
-//!   open for actions can look for its baseline; a late line into an older window (yet
-//!   within retention) changes nothing observable and is not recorded there.
-//! - Stock rules are checked on every update of the SKU (so a rule whose version changed
-//!   fires on the SKU's next input); a window rule is checked when its window gains units
+//! - Window counts (velocity, expression rules reading `window.*`) count placed units only.
+//!   Windows are kept only as far back as a window still open for actions can look for its
+//!   baseline or `preceding_windows`; a late line into an older window (yet within
+//!   retention) changes nothing observable and is not recorded there.
+//! - Stock rules and `per_snapshot` expression rules are checked on every update of the SKU
+//!   (so a rule whose version changed fires on the SKU's next input); their current window
+//!   is the one of the partition's latest event time. A window rule (velocity,
+//!   `per_window` expression rules) is checked when its window gains units
 //!   while open for actions.
 //!
 //! Pruning is idempotent with respect to results: [`SkuProcessor::expire`] only removes what

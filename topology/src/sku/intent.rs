@@ -3,7 +3,9 @@
 //! # Keys
 //!
 //! `{rule_id}:v{version}:{sku}:snapshot:{as_of}` for the stock rules (`oversell`,
-//! `low_stock`) and `{rule_id}:v{version}:{sku}:window:{window_start}` for `velocity_spike`,
+//! `low_stock`, `per_snapshot` expression rules) and
+//! `{rule_id}:v{version}:{sku}:window:{window_start}` for `velocity_spike` and `per_window`
+//! expression rules,
 //! times in RFC 3339 UTC with milliseconds. The time suffix has a fixed shape, so a SKU
 //! containing `:` cannot make two keys collide.
 //!
