@@ -51,7 +51,8 @@ mode = "shadow"
 params = { min_units = 50, factor = "3.0", baseline_windows = 15 }
 "#;
 
-/// The example rules with thresholds that fire often on [`history`].
+/// The example rules with thresholds that fire often on [`history`], and two rules declared
+/// as expressions (docs/rules.md), one per trigger.
 const FIRING_RULES: &str = r#"
 [[rules]]
 id = "oversell"
@@ -69,6 +70,36 @@ id = "velocity_spike"
 version = 1
 mode = "act"
 params = { min_units = 8, factor = "2.0", baseline_windows = 15 }
+
+[[rules]]
+kind = "expression"
+id = "cover_below_two_days"
+version = 1
+mode = "notify"
+trigger = "per_snapshot"
+action = "notify"
+preceding_windows = 59
+params = { hours = 48 }
+when = "available < params.hours * (window.units + preceding.units)"
+
+[rules.evidence]
+available = "available"
+last_hour_units = "window.units + preceding.units"
+
+[[rules]]
+kind = "expression"
+id = "burst"
+version = 1
+mode = "act"
+trigger = "per_window"
+action = "notify"
+preceding_windows = 10
+params = { factor = 2, min_units = 8 }
+when = "window.units >= params.min_units && window.units > params.factor * preceding.max"
+
+[rules.evidence]
+window_units = "window.units"
+mean = "round(preceding.mean, 2)"
 "#;
 
 fn order(event_id: &str, order: &str, kind: &str, t_ms: i64, sku: &str, qty: u32) -> Vec<u8> {
@@ -212,6 +243,9 @@ fn the_merge_gives_the_same_actions_byte_for_byte_whichever_upstream_runs_ahead(
     together.run_until_quiet().expect("run");
     let reference = outcome(&together);
     assert!(reference.0.len() >= 10, "the history fires many actions, got {}", reference.0.len());
+    for id in ["cover_below_two_days", "burst"] {
+        assert!(reference.0.keys().any(|k| k.starts_with(&format!("{id}:v1:"))), "the expression rule {id} fired");
+    }
 
     // The inventory first, then one orders partition at a time, the SKU tasks in between.
     let mut inventory_first = driver_with(&records);

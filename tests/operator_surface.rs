@@ -160,6 +160,43 @@ fn validate_reports_three_type_errors_in_one_run_each_with_its_key_path_and_line
 }
 
 #[test]
+fn validate_reports_three_malformed_rule_expressions_in_one_run_each_at_its_line_and_column() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("rules.toml");
+    let example = tidemark_topology::config::EXAMPLE;
+    let text = example
+        .replace("when = \"available < params.hours", "when = \"available < 1.5 * params.hours")
+        .replace(
+            "last_hour_units = \"window.units + preceding.units\"",
+            "last_hour_units = \"window.units + precedng.units\"",
+        )
+        .replace("available = \"available\"", "available = \"available <\"");
+    assert_eq!(
+        text.matches("1.5 * ").count() + text.matches("precedng").count() + text.matches("\"available <\"").count(),
+        3
+    );
+    std::fs::write(&path, &text).expect("write");
+    let out = std::process::Command::new(BIN).arg("validate").arg(&path).output().expect("validate");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    let origin = path.display().to_string();
+    let at = |needle: &str, extra: usize| {
+        let line = text.lines().position(|l| l.contains(needle)).map(|i| i + 1).expect("line");
+        let column = text.lines().nth(line - 1).and_then(|l| l.find(needle)).map(|i| i + 1 + extra).expect("column");
+        format!("{origin}:{line}:{column}:")
+    };
+    for (place, path, message) in [
+        (at("1.5 * ", 0), "rules[3].when", "float literals are not exact"),
+        (at("precedng", 0), "rules[3].evidence.last_hour_units", "unknown value `precedng.units`"),
+        (at("available <\"", "available <".len()), "rules[3].evidence.available", "syntax error"),
+    ] {
+        let located = format!("{place} {path}: {message}");
+        assert!(stdout.contains(&located), "no `{located}` in:\n{stdout}");
+    }
+    assert!(stdout.contains("3 error(s)"), "{stdout}");
+}
+
+#[test]
 fn an_unreachable_broker_is_named_within_ten_seconds() {
     use std::io::BufRead;
     let address = format!("127.0.0.1:{}", free_port());

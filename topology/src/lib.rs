@@ -8,6 +8,7 @@
 //! - [`fence`]: fence records, the exact progress promise of an idle input partition.
 //! - [`logical`]: logical time (append time, topic, partition, offset) of a source record.
 //! - [`config`]: the topology file (TOML): load, validate, report every error with its place.
+//! - [`expr`]: the expression language of `kind = "expression"` rules: CEL syntax, exact types, total evaluation.
 //! - [`figures`]: the figures of a dashboard or finance row (orders, units or events, money), defined once.
 //! - [`dashboard`]: per-window, per-store dashboard aggregates and their output records.
 //! - [`finance`]: business days, finance rows, the day-close fold and its validation.
@@ -24,6 +25,7 @@ pub mod connect_json;
 pub mod currency;
 pub mod dashboard;
 pub mod event;
+pub mod expr;
 pub mod fence;
 pub mod figures;
 pub mod finance;

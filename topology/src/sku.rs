@@ -19,17 +19,23 @@
 //!   Before the first snapshot, lines beyond retention are dropped.
 //! - A snapshot whose `as_of` is not newer than the SKU's current one is ignored. A newer
 //!   snapshot resets the stock rules: each may fire once more for it.
-//! - Velocity counts placed units only. Windows are kept only as far back as a window still
-//!   open for actions can look for its baseline; a late line into an older window (yet
-//!   within retention) changes nothing observable and is not recorded there.
-//! - Stock rules are checked on every update of the SKU (so a rule whose version changed
-//!   fires on the SKU's next input); a window rule is checked when its window gains units
+//! - Window counts (velocity, expression rules reading `window.*`) count placed units only.
+//!   Windows are kept only as far back as a window still open for actions can look for its
+//!   baseline or `preceding_windows`; a late line into an older window (yet within
+//!   retention) changes nothing observable and is not recorded there.
+//! - Stock rules and `per_snapshot` expression rules are checked on every update of the SKU
+//!   (so a rule whose version changed fires on the SKU's next input); their current window
+//!   is the one of the partition's latest event time. A window rule (velocity,
+//!   `per_window` expression rules) is checked when its window gains units
 //!   while open for actions.
 //!
 //! Pruning is idempotent with respect to results: [`SkuProcessor::expire`] only removes what
 //! no later input can observe, so calling it at any moment (e.g. on the commit timer) never
 //! changes an output.
 
+mod expression;
+#[cfg(test)]
+mod expression_tests;
 mod intent;
 mod rules;
 mod state;
@@ -40,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Rule, RuleKind};
+use crate::config::Rule;
 use crate::window::{window_start, Watermark, WindowPolicy};
 use rules::{evaluate, Cause, OpenWindow};
 
@@ -95,9 +101,10 @@ pub struct SkuHeld {
 pub struct SkuProcessor {
     rules: Vec<Rule>,
     policy: WindowPolicy,
-    /// Whether any rule needs per-window counts.
+    /// Whether any rule reads per-window counts.
     keeps_windows: bool,
-    /// The longest velocity baseline, in windows.
+    /// The most windows before the current one any rule reads (velocity baselines,
+    /// expression rules' `preceding_windows`).
     baseline_reach: u32,
     watermark: Watermark,
     skus: BTreeMap<String, SkuState>,
@@ -109,13 +116,7 @@ pub struct SkuProcessor {
 
 impl SkuProcessor {
     pub fn new(rules: Vec<Rule>, window: WindowPolicy) -> Self {
-        let baselines: Vec<u32> = rules
-            .iter()
-            .filter_map(|r| match r.kind {
-                RuleKind::VelocitySpike { baseline_windows, .. } => Some(baseline_windows),
-                _ => None,
-            })
-            .collect();
+        let baselines: Vec<u32> = rules.iter().filter_map(Rule::window_reach).collect();
         // A non-positive size would make window arithmetic divide by zero; config forbids it.
         let policy = WindowPolicy { size_ms: window.size_ms.max(1), ..window };
         SkuProcessor {
@@ -150,6 +151,7 @@ impl SkuProcessor {
         let wm = self.watermark();
         let policy = self.policy;
         let reach = self.window_reach_start();
+        let clock = self.clock();
         let state = self.skus.entry(sku.to_string()).or_default();
         let mut changed = state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
         let units = match kind {
@@ -173,7 +175,7 @@ impl SkuProcessor {
             return Vec::new();
         }
         self.dirty.insert(sku.to_string());
-        evaluate(&self.rules, sku, state, open, Cause { event_ms: t, append_ms })
+        evaluate(&self.rules, sku, state, open, Cause { event_ms: t, append_ms, clock })
     }
 
     fn apply_snapshot(&mut self, sku: &str, stock: Stock, append_ms: i64) -> Vec<ActionIntent> {
@@ -183,12 +185,19 @@ impl SkuProcessor {
         }
         let wm = self.watermark();
         let policy = self.policy;
+        let clock = self.clock();
         let state = self.skus.entry(sku.to_string()).or_default();
         // Settle first, so which lines the snapshot sees does not depend on when `expire` ran.
         state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
         state.set_stock(stock);
         self.dirty.insert(sku.to_string());
-        evaluate(&self.rules, sku, state, None, Cause { event_ms: stock.as_of_ms, append_ms })
+        evaluate(&self.rules, sku, state, None, Cause { event_ms: stock.as_of_ms, append_ms, clock })
+    }
+
+    /// The window of the latest event time seen: the partition's current window.
+    fn clock(&self) -> Option<OpenWindow> {
+        let latest = self.watermark.max_event_ms()?;
+        Some(OpenWindow { start_ms: window_start(latest, self.policy.size_ms), size_ms: self.policy.size_ms })
     }
 
     /// Whether a line at this event time is beyond retention under the current watermark:

@@ -3,7 +3,9 @@
 //! # Keys
 //!
 //! `{rule_id}:v{version}:{sku}:snapshot:{as_of}` for the stock rules (`oversell`,
-//! `low_stock`) and `{rule_id}:v{version}:{sku}:window:{window_start}` for `velocity_spike`,
+//! `low_stock`, `per_snapshot` expression rules) and
+//! `{rule_id}:v{version}:{sku}:window:{window_start}` for `velocity_spike` and `per_window`
+//! expression rules,
 //! times in RFC 3339 UTC with milliseconds. The time suffix has a fixed shape, so a SKU
 //! containing `:` cannot make two keys collide.
 //!
@@ -26,7 +28,8 @@
 //! `units_cancelled_since`, `available`, `threshold`, `replenish_to`, `suggested_quantity`
 //! (stock rules); `window_units`, `baseline_windows`, `baseline_units`, `baseline_mean`
 //! (decimal string, 2 places), `factor` (decimal string), `min_units` (velocity). Counts are
-//! integers. The body carries neither the rule mode nor any broker time, so it is identical
+//! integers. An expression rule's evidence is its named values instead, in the order the
+//! topology declares them (types in [`crate::expr::NamedValue`], docs/rules.md). The body carries neither the rule mode nor any broker time, so it is identical
 //! across replays and whatever mode the rule runs in.
 
 use rust_decimal::Decimal;
@@ -34,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Rule, RuleKind, RuleMode};
 use crate::dashboard::rfc3339_ms;
+use crate::expr::NamedValue;
 
 /// One action a rule decided on. Persisted in the outbox, so every field encodes with a
 /// non-self-describing format (bincode).
@@ -89,6 +93,10 @@ pub struct Evidence {
     #[serde(with = "rust_decimal::serde::str_option")]
     pub factor: Option<Decimal>,
     pub min_units: Option<u64>,
+    /// An expression rule's evidence, name by name in declaration order, written after the
+    /// fields above (which an expression rule leaves empty).
+    #[serde(default)]
+    pub named: Vec<(String, NamedValue)>,
 }
 
 impl ActionIntent {
@@ -121,6 +129,7 @@ impl ActionIntent {
                 baseline_mean: e.baseline_mean.map(|d| d.to_string()),
                 factor: e.factor.map(|d| d.to_string()),
                 min_units: e.min_units,
+                named: Named(&e.named),
             },
             created_at: rfc3339_ms(self.created_at_ms),
         };
@@ -136,7 +145,7 @@ struct Payload<'a> {
     rule: PayloadRule<'a>,
     sku: &'a str,
     trigger: PayloadTrigger,
-    evidence: PayloadEvidence,
+    evidence: PayloadEvidence<'a>,
     created_at: String,
 }
 
@@ -154,7 +163,7 @@ enum PayloadTrigger {
 }
 
 #[derive(Serialize)]
-struct PayloadEvidence {
+struct PayloadEvidence<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     on_hand: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -183,6 +192,30 @@ struct PayloadEvidence {
     factor: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     min_units: Option<u64>,
+    #[serde(flatten)]
+    named: Named<'a>,
+}
+
+/// Named evidence as further fields of the evidence object, each in its payload form.
+struct Named<'a>(&'a [(String, NamedValue)]);
+
+impl Serialize for Named<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, value) in self.0 {
+            map.serialize_entry(name, &InPayload(value))?;
+        }
+        map.end()
+    }
+}
+
+struct InPayload<'a>(&'a NamedValue);
+
+impl Serialize for InPayload<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_payload(s)
+    }
 }
 
 /// The action a rule kind asks for.
@@ -191,6 +224,7 @@ pub fn action_str(kind: &RuleKind) -> &'static str {
         RuleKind::Oversell => "stop_sale",
         RuleKind::LowStock { .. } => "replenish",
         RuleKind::VelocitySpike { .. } => "notify",
+        RuleKind::Expression(x) => x.action.as_str(),
     }
 }
 

@@ -6,6 +6,7 @@
 
 use rust_decimal::Decimal;
 
+use super::expression;
 use super::intent::{action_str, key, ActionIntent, Evidence, Trigger};
 use super::state::{clamp_i64, RuleRef, SkuState, WindowFired};
 use crate::config::{Rule, RuleKind};
@@ -16,9 +17,13 @@ pub(super) struct Cause {
     /// Event time of a line; `as_of` of a snapshot.
     pub event_ms: i64,
     pub append_ms: i64,
+    /// The window holding the latest event time the partition has seen: the current window
+    /// of a per-snapshot expression rule. `None` before the first order line.
+    pub clock: Option<OpenWindow>,
 }
 
-/// A window that just received placed units and is still open for actions.
+/// A window: one that just received placed units and is still open for actions, or the
+/// partition's current one ([`Cause::clock`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct OpenWindow {
     pub start_ms: i64,
@@ -42,6 +47,7 @@ pub(super) fn evaluate(
             RuleKind::VelocitySpike { min_units, factor, baseline_windows } => window.and_then(|w| {
                 velocity(rule, state, w, Velocity { min_units: *min_units, factor: *factor, n: *baseline_windows })
             }),
+            RuleKind::Expression(x) => expression::fire(rule, x, sku, state, window, cause.clock),
         };
         if let Some((trigger, evidence)) = fired {
             out.push(ActionIntent {
@@ -61,7 +67,7 @@ pub(super) fn evaluate(
     out
 }
 
-fn rule_ref(rule: &Rule) -> RuleRef {
+pub(super) fn rule_ref(rule: &Rule) -> RuleRef {
     RuleRef { id: rule.id.clone(), version: rule.version }
 }
 
@@ -86,7 +92,7 @@ fn stock_rule(rule: &Rule, state: &mut SkuState) -> Option<(Trigger, Evidence)> 
             evidence.suggested_quantity = Some(clamp_i64(i128::from(replenish_to) - i128::from(available)));
             available < threshold
         }
-        RuleKind::VelocitySpike { .. } => false,
+        RuleKind::VelocitySpike { .. } | RuleKind::Expression(_) => false,
     };
     (fires && state.mark_snapshot_fired(rule_ref(rule)))
         .then_some((Trigger::Snapshot { as_of_ms: stock.as_of_ms }, evidence))

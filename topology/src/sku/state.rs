@@ -170,6 +170,16 @@ impl SkuState {
         self.windows.range(from_ms..to_ms).fold(0u64, |acc, (_, u)| acc.saturating_add(*u))
     }
 
+    /// Sum and largest of units placed in the windows starting in `[from_ms, to_ms)`.
+    pub(super) fn window_stats(&self, from_ms: i64, to_ms: i64) -> (u64, u64) {
+        if from_ms >= to_ms {
+            return (0, 0);
+        }
+        self.windows
+            .range(from_ms..to_ms)
+            .fold((0u64, 0u64), |(sum, max), (_, u)| (sum.saturating_add(*u), max.max(*u)))
+    }
+
     /// Nothing worth keeping: the runtime may delete the SKU's row.
     pub fn is_empty(&self) -> bool {
         self.stock.is_none()
@@ -255,6 +265,21 @@ impl SkuState {
         self.windows = self.windows.split_off(&keep_from_ms);
         self.window_fired.retain(|f| !closed(f.start_ms));
         windows != self.windows.len() || fired != self.window_fired.len()
+    }
+
+    /// Whether the rule `id` at `version` has fired for the current snapshot (no allocation:
+    /// a SKU holds one mark per stock rule at most).
+    pub(super) fn fired_for_snapshot(&self, id: &str, version: u32) -> bool {
+        self.snapshot_fired.iter().any(|r| r.id == id && r.version == version)
+    }
+
+    /// Whether the rule `id` at `version` has fired for the window starting at `start_ms`.
+    pub(super) fn fired_for_window(&self, start_ms: i64, id: &str, version: u32) -> bool {
+        let from = WindowFired { start_ms, rule: RuleRef { id: String::new(), version: 0 } };
+        self.window_fired
+            .range(from..)
+            .take_while(|f| f.start_ms == start_ms)
+            .any(|f| f.rule.id == id && f.rule.version == version)
     }
 
     /// Records that `rule` fired for the current snapshot; `false` if it already had.

@@ -5,71 +5,71 @@ use rust_decimal::Decimal;
 use super::*;
 use crate::config::{Rule, RuleKind, RuleMode};
 
-const SEC: i64 = 1_000;
-const MIN: i64 = 60 * SEC;
-const HOUR: i64 = 60 * MIN;
+pub(super) const SEC: i64 = 1_000;
+pub(super) const MIN: i64 = 60 * SEC;
+pub(super) const HOUR: i64 = 60 * MIN;
 /// 2026-11-28T00:00:00Z.
-const T0: i64 = 1_795_824_000_000;
-const SKU: &str = "SKU-1";
+pub(super) const T0: i64 = 1_795_824_000_000;
+pub(super) const SKU: &str = "SKU-1";
 
-fn policy() -> WindowPolicy {
+pub(super) fn policy() -> WindowPolicy {
     WindowPolicy { size_ms: MIN, allowed_lateness_ms: 0, grace_ms: 2 * MIN, retention_ms: 7 * HOUR }
 }
 
-fn rule(id: &str, version: u32, mode: RuleMode, kind: RuleKind) -> Rule {
+pub(super) fn rule(id: &str, version: u32, mode: RuleMode, kind: RuleKind) -> Rule {
     Rule { id: id.into(), version, mode, kind }
 }
 
-fn oversell() -> Rule {
+pub(super) fn oversell() -> Rule {
     rule("oversell", 1, RuleMode::Act, RuleKind::Oversell)
 }
 
-fn low_stock(threshold: i64, replenish_to: i64) -> Rule {
+pub(super) fn low_stock(threshold: i64, replenish_to: i64) -> Rule {
     rule("low_stock", 1, RuleMode::Act, RuleKind::LowStock { threshold, replenish_to })
 }
 
-fn velocity(min_units: u64, factor: i64, baseline_windows: u32) -> Rule {
+pub(super) fn velocity(min_units: u64, factor: i64, baseline_windows: u32) -> Rule {
     let kind = RuleKind::VelocitySpike { min_units, factor: Decimal::from(factor), baseline_windows };
     rule("velocity_spike", 1, RuleMode::Notify, kind)
 }
 
-fn line(sku: &str, kind: LineKind, qty: u32, t: i64) -> SkuInput {
+pub(super) fn line(sku: &str, kind: LineKind, qty: u32, t: i64) -> SkuInput {
     // Appended a little after the event; the processor must not care by how much.
     SkuInput::Line { sku: sku.into(), kind, qty, event_time_ms: t, append_ms: t + 250 }
 }
 
-fn placed(qty: u32, t: i64) -> SkuInput {
+pub(super) fn placed(qty: u32, t: i64) -> SkuInput {
     line(SKU, LineKind::Placed, qty, t)
 }
 
-fn cancelled(qty: u32, t: i64) -> SkuInput {
+pub(super) fn cancelled(qty: u32, t: i64) -> SkuInput {
     line(SKU, LineKind::Cancelled, qty, t)
 }
 
-fn snapshot(on_hand: i64, as_of_ms: i64) -> SkuInput {
+pub(super) fn snapshot(on_hand: i64, as_of_ms: i64) -> SkuInput {
     SkuInput::Snapshot { sku: SKU.into(), on_hand, as_of_ms, append_ms: as_of_ms + 5 * SEC }
 }
 
 /// Feeds inputs one by one and collects every intent, like a topology test driver.
-struct Driver {
-    p: SkuProcessor,
+pub(super) struct Driver {
+    pub(super) p: SkuProcessor,
 }
 
 impl Driver {
-    fn new(rules: Vec<Rule>) -> Self {
+    pub(super) fn new(rules: Vec<Rule>) -> Self {
         Driver { p: SkuProcessor::new(rules, policy()) }
     }
 
-    fn feed(&mut self, inputs: &[SkuInput]) -> Vec<ActionIntent> {
+    pub(super) fn feed(&mut self, inputs: &[SkuInput]) -> Vec<ActionIntent> {
         inputs.iter().flat_map(|i| self.p.apply(i)).collect()
     }
 
-    fn available(&self) -> Option<i64> {
+    pub(super) fn available(&self) -> Option<i64> {
         self.p.state(SKU).and_then(SkuState::available)
     }
 }
 
-fn keys(intents: &[ActionIntent]) -> Vec<&str> {
+pub(super) fn keys(intents: &[ActionIntent]) -> Vec<&str> {
     intents.iter().map(|i| i.key.as_str()).collect()
 }
 
@@ -343,7 +343,7 @@ fn intents_round_trip_through_serde() {
 
 /// A deterministic mixed workload over three SKUs: placed and cancelled lines, some hours
 /// late, and snapshots (some stale), with the event clock crossing the retention horizon.
-fn workload() -> Vec<SkuInput> {
+pub(super) fn workload() -> Vec<SkuInput> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = |m: u64| {
         x ^= x << 13;
@@ -379,7 +379,7 @@ fn workload() -> Vec<SkuInput> {
 
 /// Persists every dirty SKU of `from` (state through JSON, line rows) into `to`, as the
 /// runtime does through RocksDB.
-fn transplant(from: &mut SkuProcessor, to: &mut SkuProcessor) {
+pub(super) fn transplant(from: &mut SkuProcessor, to: &mut SkuProcessor) {
     for d in from.take_dirty() {
         to.restore(
             d.sku.clone(),
@@ -393,11 +393,11 @@ fn transplant(from: &mut SkuProcessor, to: &mut SkuProcessor) {
     }
 }
 
-fn all_rules() -> Vec<Rule> {
+pub(super) fn all_rules() -> Vec<Rule> {
     vec![oversell(), low_stock(20, 100), velocity(15, 2, 5)]
 }
 
-fn run_in_one_go(inputs: &[SkuInput]) -> Vec<ActionIntent> {
+pub(super) fn run_in_one_go(inputs: &[SkuInput]) -> Vec<ActionIntent> {
     Driver::new(all_rules()).feed(inputs)
 }
 
@@ -582,4 +582,25 @@ fn a_state_of_the_first_format_with_inline_lines_is_rewritten_as_rows_at_the_nex
     assert_eq!(again.len(), 1, "the adopted state is persisted again");
     let rows: Vec<(i64, Option<u64>)> = again[0].lines.iter().map(|(t, u)| (*t, u.map(|u| u.placed))).collect();
     assert_eq!(rows, [(T0, Some(4)), (T0 + SEC, Some(1))]);
+}
+
+/// FNV-1a over every intent's key and payload bytes, in order: a fingerprint of a run.
+pub(super) fn fingerprint(intents: &[ActionIntent]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for i in intents {
+        for b in i.key.bytes().chain([0]).chain(i.payload_json()).chain([0]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+#[test]
+fn the_built_in_rules_keys_and_payloads_over_the_workload_are_pinned_byte_for_byte() {
+    // Recorded with the release before expression rules existed: any change to a built-in
+    // rule's keys or payload bytes changes the fingerprint.
+    let out = run_in_one_go(&workload());
+    let by_rule = |id: &str| out.iter().filter(|i| i.rule_id == id).count();
+    assert_eq!((out.len(), by_rule("oversell"), by_rule("low_stock"), by_rule("velocity_spike")), (171, 29, 33, 109));
+    assert_eq!(fingerprint(&out), 0xed1a_e3a5_21f5_02bb);
 }
