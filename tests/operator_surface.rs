@@ -167,8 +167,8 @@ fn validate_reports_three_malformed_rule_expressions_in_one_run_each_at_its_line
     let text = example
         .replace("when = \"available < params.hours", "when = \"available < 1.5 * params.hours")
         .replace(
-            "last_hour_units = \"window.units + preceding.units\"",
-            "last_hour_units = \"window.units + precedng.units\"",
+            "last_quarter_hour_units = \"window.units + preceding.units\"",
+            "last_quarter_hour_units = \"window.units + precedng.units\"",
         )
         .replace("available = \"available\"", "available = \"available <\"");
     assert_eq!(
@@ -187,7 +187,7 @@ fn validate_reports_three_malformed_rule_expressions_in_one_run_each_at_its_line
     };
     for (place, path, message) in [
         (at("1.5 * ", 0), "rules[3].when", "float literals are not exact"),
-        (at("precedng", 0), "rules[3].evidence.last_hour_units", "unknown value `precedng.units`"),
+        (at("precedng", 0), "rules[3].evidence.last_quarter_hour_units", "unknown value `precedng.units`"),
         (at("available <\"", "available <".len()), "rules[3].evidence.available", "syntax error"),
     ] {
         let located = format!("{place} {path}: {message}");
