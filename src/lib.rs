@@ -8,7 +8,7 @@
 //! - [`engine`]: per-partition tasks: normalise, dedup, window, aggregate; no Kafka inside.
 //! - [`stream`]: the stream thread: poll, ingest, commit (outputs, then state + offsets).
 //! - [`dispatch`]: the idempotent, signed HTTP dispatcher of actions (one classified POST per call).
-//! - [`kafka`]: client settings, topic admin, consumer context, output producer, bounded reads.
+//! - [`kafka`]: client settings, topic admin, consumer context, output producers (lanes), bounded reads.
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
 //! - [`scratch`]: throwaway store directories (batch dedup, shadow replays), locked while in
 //!   use; the sweep of those a killed run left in `TMPDIR`.
@@ -20,7 +20,8 @@
 //! - [`status`]: the live status line and final summary.
 //! - [`testkit`]: the broker-free topology test driver (`testkit::driver`), over the
 //!   engine and an in-memory store; see `docs/test-driver.md`.
-//! - [`tasks`]: the task manager being built (issue 32): sources, tasks, the task set, the lifecycle.
+//! - [`tasks`]: the task manager: sources, tasks, the task set, the lifecycle, what a
+//!   rebalance means for the tasks (`tasks::Assignment`), the in-memory driver.
 //! - [`telemetry`]: `/metrics` and the probes, pause/resume on the admin listener, the
 //!   backlog-age prober.
 
