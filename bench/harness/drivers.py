@@ -118,7 +118,8 @@ class Run:
         self.endpoints, self.procs, self.ports, self.logs = [], [], [], []
         self.sampler = None
         self.kind = system["system"]
-        self.sut = ctx.systems[self.kind]
+        # By name first: with --against both systems are tidemark, each its own binary.
+        self.sut = ctx.systems.get(system["name"]) or ctx.systems[self.kind]
         self.topology = None
 
     def __enter__(self):

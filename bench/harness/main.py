@@ -1,7 +1,7 @@
 """bench/run: one command per scenario (bench/README.md documents every flag and output).
 
     bench/run list
-    bench/run <scenario> [--smoke] [--rev REV | --bin PATH] [--allow-dirty] [--ks-jar JAR]
+    bench/run <scenario> [--smoke] [--rev REV | --bin PATH] [--against REV] [--allow-dirty] [--ks-jar JAR]
                          [--kafka-port PORT] [--keep-broker] [--blocks N] [--no-save]
     bench/run --smoke-all [--bin PATH] [--kafka-port PORT]
 """
@@ -30,6 +30,8 @@ def run_scenario(name, args, smoke, broker=None, tidemark=None):
     sc = scn.load(name, smoke=smoke)
     if args.blocks:
         sc["blocks"] = args.blocks
+    if getattr(args, "against", None):
+        against(sc, args.against)
     hrev = harness_revision()
     allow_dirty = args.allow_dirty or smoke
     if hrev["dirty"] and not allow_dirty:
@@ -65,6 +67,10 @@ def run_scenario(name, args, smoke, broker=None, tidemark=None):
             if st["dirty"] and not allow_dirty:
                 raise BenchError("state/ has uncommitted changes: the footprint benches measure committed code; commit them or pass --allow-dirty")
             ctx.systems["tidemark-state"] = None
+        for s in sc["systems"]:
+            if s.get("rev"):
+                ctx.systems[s["name"]] = Tidemark(rev=s["rev"], allow_dirty=allow_dirty)
+                opened.append(ctx.systems[s["name"]])
         if needs_broker:
             ctx.broker = broker or Broker(args.kafka_port, keep=args.keep_broker).start()
         t0 = time.time()
@@ -101,9 +107,24 @@ def run_scenario(name, args, smoke, broker=None, tidemark=None):
         shutil.rmtree(ctx.work, ignore_errors=True)
 
 
+def against(sc, rev):
+    """--against REV: the scenario compares this tidemark (A) with tidemark built at REV (B) in
+    A-B-B-A blocks instead of its second system; targets keep only those of A."""
+    from .systems import git
+    if sc["systems"][0]["system"] != "tidemark":
+        raise BenchError(f"{sc['path']}: --against needs tidemark as the first system")
+    short = git("rev-parse", "--short", rev)
+    if not short:
+        raise BenchError(f"--against {rev}: not a revision of {ROOT}")
+    b = {"name": f"tidemark@{short}", "system": "tidemark", "rev": short}
+    sc["systems"] = [sc["systems"][0], b]
+    sc["targets"] = [t for t in sc["targets"] if t["system"] == sc["systems"][0]["name"]]
+
+
 def describe(ctx, s):
     if s["system"] == "tidemark":
-        return {**ctx.systems["tidemark"].info, **{k: v for k, v in s.items() if k not in ("name", "system")}}
+        t = ctx.systems.get(s["name"]) or ctx.systems["tidemark"]
+        return {**t.info, **{k: v for k, v in s.items() if k not in ("name", "system")}}
     if s["system"] == "tidemark-state":
         from .systems import git
         return {"crate": "tidemark-state", "commit": git("log", "-1", "--format=%h", "--", "state"), "dirty": bool(git("status", "--porcelain", "--", "state"))}
@@ -152,6 +173,7 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="the scenario's [smoke] variant (one block, tiny input); summary under bench/out/smoke")
     ap.add_argument("--smoke-all", action="store_true", help="every scenario's smoke variant, one after the other; exit 1 if any fails")
     ap.add_argument("--rev", help="measure tidemark built at this commit in a clean worktree (default HEAD)")
+    ap.add_argument("--against", metavar="REV", help="compare with tidemark built at REV (A-B-B-A blocks) instead of the scenario's second system")
     ap.add_argument("--bin", help="measure this tidemark binary (its --version must name a clean commit unless --allow-dirty)")
     ap.add_argument("--allow-dirty", action="store_true", help="accept a dirty or unknown binary, baseline or harness (recorded as such)")
     ap.add_argument("--ks-jar", help="the Kafka Streams baseline jar (default: bench/kstreams/build.sh builds it)")

@@ -82,6 +82,7 @@ def build_rev(rev):
 
 class Tidemark:
     name = "tidemark"
+    opened = 0  # private copies made by this process (two systems may both be tidemark: --against)
 
     def __init__(self, binary=None, rev=None, allow_dirty=False):
         src = binary or build_rev(rev or "HEAD")
@@ -89,7 +90,8 @@ class Tidemark:
             raise BenchError(f"tidemark binary {src}: not an executable file (build it: cargo build --release)")
         # A private copy: a rebuild in the middle of a series cannot swap the binary.
         os.makedirs(BIN_DIR, exist_ok=True)
-        self.bin = os.path.join(BIN_DIR, f"tidemark.run.{os.getpid()}")
+        Tidemark.opened += 1
+        self.bin = os.path.join(BIN_DIR, f"tidemark.run.{os.getpid()}.{Tidemark.opened}")
         shutil.copy2(src, self.bin)
         line = run([self.bin, "--version"], f"asking {src} for its version").strip()
         m = VERSION_RE.match(line)
