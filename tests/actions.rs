@@ -578,12 +578,23 @@ fn a_member_gone_for_good_hands_its_partitions_to_the_standby_tasks_of_the_other
         let (_, page) = http("GET", port, "/metrics")?;
         Some(metric(&page, "tidemark_partition_owned").iter().filter(|(_, v)| *v == 1.0).count())
     };
-    wait_for(Duration::from_secs(60), "b's standby tasks to catch up and settle their rows", || {
+    // Warm alone is not enough: a warm copy may still be a few records behind A's commits, and a
+    // row B has not derived yet cannot wait for its audit (seen once: one key POSTed twice).
+    // So: A has nothing in flight, B's standby tasks are at A's commits with no row waiting, and
+    // all of it holds twice, a second apart.
+    let settled = || {
         let owns = owned(port_a)?.min(owned(port_b)?);
+        let in_flight = gauge_at(port_a, "tidemark_outbox_pending")?;
         let standing_by = gauge_at(port_b, "tidemark_standby_partitions")?;
         let warm = gauge_at(port_b, "tidemark_standby_warm")?;
+        let lag = gauge_at(port_b, "tidemark_standby_lag_records")?;
         let waiting = gauge_at(port_b, "tidemark_standby_rows_waiting")?;
-        (owns > 0 && standing_by > 0.0 && warm == 1.0 && waiting == 0.0).then_some(())
+        (owns > 0 && in_flight == 0.0 && standing_by > 0.0 && warm == 1.0 && lag == 0.0 && waiting == 0.0).then_some(())
+    };
+    wait_for(Duration::from_secs(60), "b's standby tasks to catch up and settle their rows", || {
+        settled()?;
+        std::thread::sleep(Duration::from_secs(1));
+        settled()
     });
 
     // A dies and never comes back; part two arrives.
