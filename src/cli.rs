@@ -233,6 +233,12 @@ pub struct RunArgs {
     /// (`tidemark_task_entries`). 0: no budget (each column family up to two 64 MiB memtables).
     #[arg(long, env = "TIDEMARK_STATE_MEMTABLE_MB", default_value_t = 64)]
     pub state_memtable_mb: usize,
+    /// Threads the tasks work on: a poll's records ingested (parse, normalise, SKU merge input)
+    /// and each commit's tasks finished (dedup, derive, merge, rules), each task on one thread
+    /// at a time and its writes applied in partition order, so outputs and action keys are the
+    /// same whatever the count. Default: the cores this process may use (its CPU quota in a container).
+    #[arg(long, env = "TIDEMARK_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: Option<u16>,
     /// Seconds between two measurements of backlog age per partition.
     #[arg(long, default_value_t = 2)]
     pub backlog_probe_every: u64,

@@ -176,6 +176,61 @@ fn two_runs_over_the_same_log_give_byte_identical_output_records() {
     assert_eq!(dl_a, dl_b, "dead letters differ");
 }
 
+/// A topology over `orders` with fresh outputs and the firing rules in shadow mode: every
+/// action the log derives is audited under its key, nothing is sent.
+fn shadow_topology(orders: &str) -> Topo {
+    let topo = topology(orders, &unique("run-threads"));
+    let text = std::fs::read_to_string(&topo.path).expect("read");
+    let cut = text.find("# Anomaly rules.").expect("rules section");
+    let text = text[..cut].to_string() + &firing_rules("shadow", "shadow", "shadow");
+    std::fs::write(&topo.path, text).expect("write");
+    create_topics(&topo);
+    topo
+}
+
+/// Every action key a run audited, with its rule and action (the audit's own time aside).
+fn audited_actions(t: &Topo) -> BTreeMap<String, String> {
+    read(&t.dashboard.replace(".dashboard", ".audit"))
+        .iter()
+        .map(|m| {
+            let r: serde_json::Value = serde_json::from_slice(m.payload().unwrap_or_default()).expect("audit JSON");
+            let what = format!("{} v{} {} {}", r["rule_id"], r["rule_version"], r["action"], r["sku"]);
+            (r["key"].as_str().unwrap_or_default().to_string(), what)
+        })
+        .collect()
+}
+
+#[test]
+fn the_same_log_on_one_two_or_four_threads_gives_byte_identical_outputs_and_the_same_action_keys() {
+    let orders = unique("threads");
+    let runs: Vec<(Topo, &str)> = ["1", "2", "4"].into_iter().map(|n| (shadow_topology(&orders), n)).collect();
+    generate(&orders, &[GEN_ACTIONS, &["--malformed-fraction", "0.01", "--dup-fraction", "0.02"]].concat());
+    let state = tempfile::tempdir().expect("tmp");
+    for (t, threads) in &runs {
+        run_to_end_with(t, &state.path().join(threads), &unique("g"), &[("TIDEMARK_THREADS", threads)]);
+    }
+
+    let (one, _) = &runs[0];
+    let actions = audited_actions(one);
+    assert!(actions.len() >= 10, "the log fires many actions, got {}", actions.len());
+    let dead = |t: &Topo| -> Vec<Vec<u8>> {
+        let mut v: Vec<Vec<u8>> =
+            read(&t.dead_letter).iter().map(|m| m.payload().unwrap_or_default().to_vec()).collect();
+        v.sort();
+        v
+    };
+    assert!(!dead(one).is_empty(), "malformed events are dead-lettered");
+    for (t, threads) in &runs[1..] {
+        assert_eq!(audited_actions(t), actions, "{threads} threads: the same action keys, rules and SKUs");
+        assert!(compacted(&t.dashboard) == compacted(&one.dashboard), "{threads} threads: the dashboard rows");
+        assert!(
+            compacted(&t.finance_provisional) == compacted(&one.finance_provisional),
+            "{threads} threads: the provisional finance rows"
+        );
+        assert!(dead(t) == dead(one), "{threads} threads: the dead letters");
+    }
+}
+
 #[test]
 fn two_pods_with_static_ownership_split_the_partitions_by_ordinal_and_give_the_single_pod_outputs() {
     let orders = unique("static");

@@ -142,6 +142,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         recall: None,
         lifecycle: Arc::default(),
         memtable_budget_bytes: args.state_memtable_mb.saturating_mul(1 << 20),
+        threads: args.threads.map_or_else(stream::default_threads, usize::from),
     };
     let opening = Instant::now();
     let store = stream::open_store(&opts)?;

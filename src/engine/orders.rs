@@ -96,6 +96,13 @@ pub struct OrdersTask {
     /// Ids applied by earlier [`OrdersTask::finish`] calls whose batch is not committed
     /// yet; `Some` only when several finishes share one commit (micro-batch slices).
     held_dedup: Option<HashMap<String, i64>>,
+    /// The ids the last [`OrdersTask::finish`] put, with their append times: the stream
+    /// thread finishes a batch while the one before it is still being written (the store
+    /// cannot answer for those ids yet), and one batch at most is in flight. Replaced by
+    /// every finish; the strings are the events' own, moved, not copied.
+    in_flight_dedup: HashMap<String, i64>,
+    /// Indexes of the pending events a finish put (reused).
+    put: Vec<usize>,
 }
 
 impl OrdersTask {
@@ -125,6 +132,8 @@ impl OrdersTask {
             days,
             uncommitted: false,
             held_dedup: None,
+            in_flight_dedup: HashMap::new(),
+            put: Vec::new(),
         })
     }
 
@@ -162,6 +171,11 @@ impl OrdersTask {
 
     /// Step 1 for one record. Returns `false` when the record was already processed or is a
     /// fence (no input record: nothing to count).
+    /// Events ingested and not finished yet.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     pub fn ingest(&mut self, rec: SourceRecord<'_>, out: &mut Vec<OutputRecord>, stats: &Stats) -> bool {
         if tidemark_topology::fence::is_fence(rec.value) {
             // No event: only the promise its append time carries (the next mark). The
@@ -220,20 +234,24 @@ impl OrdersTask {
         stats: &Stats,
     ) -> Result<(), StateError> {
         self.uncommitted = false;
-        let pending = std::mem::take(&mut self.pending);
+        let mut pending = std::mem::take(&mut self.pending);
         let ids: Vec<&str> = pending.iter().map(|p| p.event.event_id.as_str()).collect();
         let stored = store.dedup_lookup(self.id, &ids)?;
         let mut seen_now: HashMap<&str, i64> = HashMap::with_capacity(pending.len());
         let size_ms = self.cfg.window.size_ms;
-        for (p, first_seen) in pending.iter().zip(stored) {
+        let mut put = std::mem::take(&mut self.put);
+        put.clear();
+        for (i, (p, first_seen)) in pending.iter().zip(stored).enumerate() {
             let id = p.event.event_id.as_str();
             let held = self.held_dedup.as_ref().and_then(|h| h.get(id).copied());
-            let first_seen = seen_now.get(id).copied().or(held).or(first_seen);
+            let in_flight = self.in_flight_dedup.get(id).copied();
+            let first_seen = seen_now.get(id).copied().or(held).or(in_flight).or(first_seen);
             if finance::is_duplicate(first_seen, p.append_ms, self.cfg.dedup_retention_ms) {
                 Stats::add(&stats.dedup_hits, 1);
                 continue;
             }
             seen_now.insert(id, p.append_ms);
+            put.push(i);
             batch.put_dedup(self.id, id, p.append_ms);
             if let Some((key, value, offset)) = &p.late {
                 Stats::add(&stats.late, 1);
@@ -263,7 +281,18 @@ impl OrdersTask {
 
         if let Some(held) = &mut self.held_dedup {
             held.extend(seen_now.into_iter().map(|(id, t)| (id.to_string(), t)));
+        } else {
+            drop(seen_now);
         }
+        drop(ids);
+        // In put order: an id put twice in this batch (seen again past the retention) keeps
+        // its later time, as the store would.
+        self.in_flight_dedup.clear();
+        for i in &put {
+            let p = &mut pending[*i];
+            self.in_flight_dedup.insert(std::mem::take(&mut p.event.event_id), p.append_ms);
+        }
+        self.put = put;
 
         for (key, entry) in self.aggs.iter_mut().filter(|(_, e)| e.dirty) {
             entry.dirty = false;

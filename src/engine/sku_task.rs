@@ -93,6 +93,10 @@ pub struct SkuTask {
     /// SKUs whose rows were read from the store (or that had none there).
     loaded: HashSet<String>,
     uncommitted: bool,
+    /// Keys of the outbox rows the last [`SkuTask::finish`] wrote: the stream thread finishes
+    /// a batch while the one before it is still being written, so the store cannot answer for
+    /// them yet (one batch at most is in flight). Replaced by every finish.
+    in_flight_keys: Vec<String>,
 }
 
 impl SkuTask {
@@ -127,6 +131,7 @@ impl SkuTask {
             released: Vec::new(),
             loaded: HashSet::new(),
             uncommitted: false,
+            in_flight_keys: Vec::new(),
         })
     }
 
@@ -257,6 +262,7 @@ impl SkuTask {
         stats: &Stats,
     ) -> Result<(), StateError> {
         self.uncommitted = false;
+        let rows_from = rows.len();
         if let Some(bound) = self.release_bound() {
             // One wall-clock read per finish, for the merge's latency metric only.
             let now_ms = if self.buffer.is_empty() { 0 } else { chrono::Utc::now().timestamp_millis() };
@@ -296,6 +302,8 @@ impl SkuTask {
         self.read_to = self.read_to.max(self.checkpoint.next_offset);
         batch.put_aggregate(self.id, Namespace::SkuMeta, READ_TO_KEY, &codec::encode(&self.read_to)?);
         batch.put_checkpoint(self.id, &self.resume_checkpoint())?;
+        self.in_flight_keys.clear();
+        self.in_flight_keys.extend(rows[rows_from..].iter().filter(|(p, _)| *p == self.id).map(|(_, r)| r.key.clone()));
         Ok(())
     }
 
@@ -344,7 +352,8 @@ impl SkuTask {
         }
         for intent in self.processor.apply(&input) {
             let pending_here = rows.iter().any(|(_, r)| r.key == intent.key);
-            if pending_here || store.outbox_get(self.id, &intent.key)?.is_some() {
+            let in_flight = self.in_flight_keys.contains(&intent.key);
+            if pending_here || in_flight || store.outbox_get(self.id, &intent.key)?.is_some() {
                 continue;
             }
             let row = OutboxRow {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, RebalanceProtocol};
 use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tidemark_state::{PartitionId, Store, StoreOptions};
 use tidemark_topology::config::Topology;
@@ -32,8 +33,8 @@ use crate::kafka::context::TaskContext;
 use crate::kafka::sink::{OutputSink, OutputsRefused};
 use crate::kafka::KafkaSettings;
 use crate::tasks::{
-    is_internal, Assignment, Finished, Imports, Polled, State, Task, TaskFactory, TaskSet, COMBINE, INVENTORY, ORDERS,
-    SKU_REPARTITION,
+    is_internal, Assignment, Finished, Imports, Ingested, Polled, State, Task, TaskFactory, TaskSet, COMBINE,
+    INVENTORY, ORDERS, SKU_REPARTITION,
 };
 use crate::telemetry::events::Latencies;
 use crate::telemetry::Progress;
@@ -94,6 +95,14 @@ pub struct StreamOptions {
     pub lifecycle: Arc<crate::tasks::Lifecycle>,
     /// What the state store's memtables may hold together (`tidemark run --state-memtable-mb`).
     pub memtable_budget_bytes: usize,
+    /// Threads the tasks ingest and finish on (`tidemark run --threads`; 1: the stream thread
+    /// alone).
+    pub threads: usize,
+}
+
+/// The cores this process may use (its CPU quota in a container): `--threads` by default.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 type Consumer_ = BaseConsumer<TaskContext>;
@@ -128,9 +137,14 @@ struct Runner {
     imports: Imports,
     /// With `internal.idle_promise = "fence"`: fences idle upstream partitions.
     fencer: Option<fence::Fencer>,
+    /// What became of each record of the last chunk (reused).
+    ingested: Vec<Option<Ingested>>,
     /// When the last input (orders, inventory) record was applied: the fencer's demand.
     input_at: Option<Instant>,
 }
+
+/// The most records gathered from the queue before they are handed to their tasks together.
+const CHUNK: usize = 1024;
 
 /// How often the tasks' entry counts are published (a walk over every SKU state).
 const HELD_EVERY: Duration = Duration::from_secs(15);
@@ -370,7 +384,8 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
     let sink = Arc::new(OutputSink::new(&opts.settings, t)?.reporting_to(Arc::clone(&opts.progress)));
-    let tasks = TaskSet::new(TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]), sources);
+    let mut tasks = TaskSet::new(TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]), sources);
+    tasks.set_threads(opts.threads);
     let latencies = Latencies::default();
     let committer = Committer::start(Shared {
         store: Arc::clone(&store),
@@ -411,6 +426,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         imports: Imports::default(),
         fencer,
         input_at: None,
+        ingested: Vec::new(),
     };
     let result = runner.run_loop(&consumer);
     // No import outlives the stream (it writes the store this run's restart reopens).
@@ -432,6 +448,8 @@ impl Runner {
         let interval = Duration::from_millis(self.opts.topology.commit_interval_ms);
         let linger = Duration::from_millis(self.opts.topology.commit_linger_ms);
         let max_batch = self.opts.topology.max_batch_records;
+        // Records polled and not yet handed to their tasks (see [`Runner::ingest_chunk`]).
+        let mut chunk: Vec<(BorrowedMessage<'_>, Instant)> = Vec::with_capacity(CHUNK);
         loop {
             // One clock read per polled record: the wall clock of the append→consume age is
             // derived from the monotonic one read for the deadline.
@@ -443,7 +461,8 @@ impl Runner {
             // task, and so the next mark). It is committed once it has lingered and the commit
             // before it is durable, or at the deadline (`state.commit_linger`).
             let mut moved_at: Option<Instant> = None;
-            while taken < max_batch && !self.opts.stop.load(Ordering::Relaxed) {
+            let clock = (base, base_wall_ms);
+            while taken + chunk.len() < max_batch && !self.opts.stop.load(Ordering::Relaxed) {
                 if turns.is_multiple_of(256) {
                     self.opts.progress.beat();
                     self.apply_pause(consumer);
@@ -457,15 +476,28 @@ impl Runner {
                 if lingering && self.committer.is_done() {
                     break;
                 }
-                // While a batch waits for the commit before it, look at the committer often.
-                let most = if moved_at.is_some() { Duration::from_millis(1) } else { Duration::from_millis(100) };
+                // With records gathered, take what the queue holds without waiting; while a
+                // batch waits for the commit before it, look at the committer often.
+                let most = if !chunk.is_empty() {
+                    Duration::ZERO
+                } else if moved_at.is_some() {
+                    Duration::from_millis(1)
+                } else {
+                    Duration::from_millis(100)
+                };
                 let polled = consumer.poll((deadline - now).min(most));
+                // Records polled before an assignment event reach their tasks before it is
+                // handled (a revoked task commits them; an assigned one starts after them).
+                if consumer.context().assignment.has_events() {
+                    self.ingest_chunk(&mut chunk, clock, &mut moved_at, &mut taken);
+                }
                 if stopped_waiting(self.handle_assignment(consumer))? {
                     break;
                 }
                 match polled {
-                    None => {}
+                    None => self.ingest_chunk(&mut chunk, clock, &mut moved_at, &mut taken),
                     Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                        self.ingest_chunk(&mut chunk, clock, &mut moved_at, &mut taken);
                         // Which partition is not said: look at every task's log start.
                         warn!(error = %e, "a fetch position is outside the log");
                         if stopped_waiting(self.check_gaps(consumer))? {
@@ -479,25 +511,14 @@ impl Runner {
                     }
                     Some(Err(e)) => warn!(error = %e, "consumer error"),
                     Some(Ok(msg)) => {
-                        let Some(id) = self.tasks.id_of(msg.topic(), msg.partition()) else { continue };
-                        let Some(ingested) = self.tasks.ingest(id, Polled::of(&msg), &mut self.out, &self.opts.stats)
-                        else {
-                            continue;
-                        };
-                        moved_at.get_or_insert(now);
-                        if ingested.counted {
-                            taken += 1;
-                            if !is_internal(id.source) {
-                                self.input_at = Some(now);
-                                let now_ms = base_wall_ms + i64::try_from((now - base).as_millis()).unwrap_or(0);
-                                let age_ms = now_ms - ingested.append_ms;
-                                self.latencies.append_to_consume.record(age_ms.max(0) as f64 / 1000.0);
-                            }
-                            self.batch_started.get_or_insert(now);
+                        chunk.push((msg, now));
+                        if chunk.len() >= CHUNK {
+                            self.ingest_chunk(&mut chunk, clock, &mut moved_at, &mut taken);
                         }
                     }
                 }
             }
+            self.ingest_chunk(&mut chunk, clock, &mut moved_at, &mut taken);
             self.commit(consumer)?;
             if self.opts.stop.load(Ordering::Relaxed) {
                 break;
@@ -514,6 +535,49 @@ impl Runner {
             Some(remaining) => Err(remaining.into()),
             None => Ok(()),
         }
+    }
+
+    /// Hands the records gathered in `chunk` to their tasks, on up to `--threads` threads
+    /// ([`TaskSet::ingest_all`]), and counts them into the batch: `taken` records, the batch's
+    /// first move, the input's latest arrival and its append→consume ages.
+    fn ingest_chunk(
+        &mut self,
+        chunk: &mut Vec<(BorrowedMessage<'_>, Instant)>,
+        (base, base_wall_ms): (Instant, i64),
+        moved_at: &mut Option<Instant>,
+        taken: &mut usize,
+    ) {
+        if chunk.is_empty() {
+            return;
+        }
+        let mut at = Vec::with_capacity(chunk.len());
+        let polled: Vec<(PartitionId, Polled<'_>)> = chunk
+            .iter()
+            .filter_map(|(msg, polled_at)| {
+                let id = self.tasks.id_of(msg.topic(), msg.partition())?;
+                at.push(*polled_at);
+                Some((id, Polled::of(msg)))
+            })
+            .collect();
+        let mut results = std::mem::take(&mut self.ingested);
+        self.tasks.ingest_all(&polled, &mut self.out, &mut results, &self.opts.stats);
+        for (ingested, now) in results.iter().zip(&at) {
+            let Some(ingested) = ingested else { continue };
+            moved_at.get_or_insert(*now);
+            if ingested.counted {
+                *taken += 1;
+                if !is_internal(ingested.id.source) {
+                    self.input_at = Some(*now);
+                    let now_ms = base_wall_ms + i64::try_from((*now - base).as_millis()).unwrap_or(0);
+                    let age_ms = now_ms - ingested.append_ms;
+                    self.latencies.append_to_consume.record(age_ms.max(0) as f64 / 1000.0);
+                }
+                self.batch_started.get_or_insert(*now);
+            }
+        }
+        self.ingested = results;
+        drop(polled);
+        chunk.clear();
     }
 
     /// Applies `POST /pause` and `POST /resume` (admin listener) to the consumer's current
@@ -635,22 +699,6 @@ impl Runner {
         self.tasks.marks(|_| true, idle_bound, &mut self.out);
     }
 
-    /// Makes everything processed so far durable, in this order:
-    /// 1. the batch in flight, if any, is waited for (so this finish reads its writes);
-    /// 2. each task stages its state changes (dedup entries, aggregates, SKU state, merge
-    ///    buffer, outbox rows, combine partials) and its checkpoint into one `WriteBatch`,
-    ///    and emits outputs; the partials are copied to the combine topic by aggregate key;
-    /// 3. upstream tasks emit their progress marks (SKU merge and combine expiry);
-    /// 4. every output record is queued in the producer;
-    /// 5. on the commit thread ([`committer`]): every output is acknowledged by the broker,
-    ///    then the batch is written with fsync (state, outbox rows and input offsets move
-    ///    together) and the new outbox rows go to the dispatcher;
-    /// 6. at the next commit, the group's committed offsets follow (for lag tools; tidemark
-    ///    never reads them).
-    ///
-    /// A crash before the write replays from the previous checkpoint and reproduces the same
-    /// outputs and rows; a crash after it resumes after it. Either way no output is lost and
-    /// no action key is produced twice.
     /// Publishes `tidemark_task_entries{kind}` (see [`crate::engine::held`]) every
     /// [`HELD_EVERY`].
     fn publish_held(&mut self) {
@@ -665,22 +713,48 @@ impl Runner {
         }
     }
 
+    /// Makes everything processed so far durable, in this order:
+    /// 1. each task stages its state changes (dedup entries, aggregates, SKU state, merge
+    ///    buffer, outbox rows, combine partials) and its checkpoint into one `WriteBatch`
+    ///    (on up to `--threads` threads), and emits outputs; the partials are copied to the
+    ///    combine topic by aggregate key. This runs while the commit thread still writes the
+    ///    batch before: the tasks remember what that batch wrote that they would read back
+    ///    (its dedup ids, its outbox keys), and nothing else they read from the store is in it;
+    /// 2. upstream tasks emit their progress marks (SKU merge and combine expiry);
+    /// 3. the batch before is waited for (batches become durable in order);
+    /// 4. every output record is queued in the producer;
+    /// 5. on the commit thread ([`committer`]): every output is acknowledged by the broker,
+    ///    then the batch is written with fsync (state, outbox rows and input offsets move
+    ///    together) and the new outbox rows go to the dispatcher;
+    /// 6. at the next commit, the group's committed offsets follow (for lag tools; tidemark
+    ///    never reads them).
+    ///
+    /// A crash before the write replays from the previous checkpoint and reproduces the same
+    /// outputs and rows; a crash after it resumes after it. Either way no output is lost and
+    /// no action key is produced twice.
     fn commit(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
         self.publish_held();
-        self.complete(consumer)?;
         self.skip_control_records(consumer);
+        // The tasks finish while the commit thread still writes the batch before: what they
+        // read from the store, that batch's writes aside, is current, and they remember what
+        // that batch wrote that they would read (its dedup ids, its outbox keys).
         let finishing = Instant::now();
         let store = Arc::clone(&self.store);
         let mut batch = store.batch();
         let progressed =
             self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.opts.stats)?;
         self.marks(consumer);
+        self.latencies.finish.record(finishing.elapsed().as_secs_f64());
+        // This batch's outputs go out, and its state is written, only once the one before it is
+        // durable: batches become durable in order, each after its own outputs.
+        self.complete(consumer)?;
         if batch.is_empty() && self.out.is_empty() {
             return Ok(());
         }
+        let producing = Instant::now();
         Stats::add(&self.opts.stats.outputs, self.out.len() as u64);
         self.sink.send_all(&mut self.out)?;
-        self.latencies.finish.record(finishing.elapsed().as_secs_f64());
+        self.latencies.produce.record(producing.elapsed().as_secs_f64());
         self.committer.submit(Job {
             batch: batch.stage(),
             rows: std::mem::take(&mut self.rows),

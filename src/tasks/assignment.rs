@@ -167,6 +167,12 @@ impl Assignment {
         }
     }
 
+    /// Whether the callback queued an event the stream thread has not taken yet (records it
+    /// polled before the event are handed to their tasks first).
+    pub fn has_events(&self) -> bool {
+        self.events.lock().map(|q| !q.is_empty()).unwrap_or(true)
+    }
+
     /// Drained by the stream thread after each poll.
     pub fn take_events(&self) -> Vec<AssignmentEvent> {
         self.events.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default()

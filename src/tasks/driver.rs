@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use tidemark_state::{codec, MemStore, PartitionId, StateError, StateStore};
+use tidemark_state::{codec, DeferredWrites, MemStore, PartitionId, StateError, StateStore};
 use tidemark_topology::config::Topology;
 
 use crate::engine::outbox::OutboxRow;
@@ -48,6 +48,8 @@ pub struct DriverConfig {
     pub partitions: Partitions,
     /// How far an idle upstream's promise stays behind the broker time (`idle_skew`).
     pub idle_skew_ms: i64,
+    /// Threads a turn's tasks ingest and finish on (`tidemark run --threads`); 1 by default.
+    pub threads: usize,
 }
 
 impl DriverConfig {
@@ -59,6 +61,7 @@ impl DriverConfig {
             sources: Sources::of(t),
             partitions,
             idle_skew_ms: t.idle_skew_ms,
+            threads: 1,
         }
     }
 }
@@ -100,6 +103,10 @@ pub struct TopologyDriver {
     stalled: BTreeSet<PartitionId>,
     outputs: Vec<(Sink, Produced)>,
     actions: Vec<OutboxRow>,
+    /// With [`TopologyDriver::set_overlapped`]: the last turn's commit, still being written
+    /// while the next turn's tasks finish (as the stream thread's commit thread writes it).
+    in_flight: Option<(DeferredWrites, Vec<OutboxRow>)>,
+    overlapped: bool,
 }
 
 impl TopologyDriver {
@@ -119,7 +126,8 @@ impl TopologyDriver {
         {
             logs.insert(id, Vec::new());
         }
-        let tasks = TaskSet::new(cfg.factory.clone(), cfg.sources.clone());
+        let mut tasks = TaskSet::new(cfg.factory.clone(), cfg.sources.clone());
+        tasks.set_threads(cfg.threads);
         let mut driver = TopologyDriver {
             cfg,
             store: MemStore::new(),
@@ -131,6 +139,8 @@ impl TopologyDriver {
             stalled: BTreeSet::new(),
             outputs: Vec::new(),
             actions: Vec::new(),
+            in_flight: None,
+            overlapped: false,
         };
         driver.restore_tasks()?;
         Ok(driver)
@@ -150,6 +160,20 @@ impl TopologyDriver {
     }
 
     // ---- input and time ----------------------------------------------------------------
+
+    /// From now on each turn's commit is written during the next turn, after its tasks
+    /// finished and before its outputs are published, as `tidemark run` does: the tasks
+    /// finish while the store does not hold the batch before yet.
+    pub fn set_overlapped(&mut self, overlapped: bool) {
+        self.overlapped = overlapped;
+    }
+
+    /// Ingests and finishes each turn's tasks on `threads` threads from now on (see
+    /// [`TaskSet::ingest_all`], [`TaskSet::finish`]).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.cfg.threads = threads.max(1);
+        self.tasks.set_threads(self.cfg.threads);
+    }
 
     /// The broker's clock: the append time of the next record piped in.
     pub fn now_ms(&self) -> i64 {
@@ -238,6 +262,9 @@ impl TopologyDriver {
         for turn in 1..=MAX_TURNS {
             let c = self.step()?;
             if c.ingested == 0 && c.published == 0 {
+                if let Some((writes, rows)) = self.in_flight.take() {
+                    self.write(&writes, rows)?;
+                }
                 return Ok(turn);
             }
         }
@@ -247,6 +274,7 @@ impl TopologyDriver {
     /// Loses everything not committed and restarts every task from the store, as a process
     /// killed and restarted on the same state directory. Logs and published outputs stay.
     pub fn crash(&mut self) -> Result<(), StateError> {
+        self.in_flight = None;
         self.restore_tasks()
     }
 
@@ -259,25 +287,33 @@ impl TopologyDriver {
         let mut counts = StepCounts::default();
         let mut out = Vec::new();
         let polled: BTreeSet<PartitionId> = ids.iter().copied().collect();
-        // 1. Poll: every record from the task's position to its log end (or the limit).
+        // 1. Poll: every record from the task's position to its log end (or the limit),
+        //    handed to the tasks together as the stream thread hands a poll's records over.
+        let mut records = Vec::new();
         for id in &polled {
-            let (Some(log), Some(pos)) = (self.logs.get(id), self.positions.get_mut(id)) else { continue };
+            let (Some(log), Some(pos)) = (self.logs.get(id), self.positions.get(id)) else { continue };
             let from = usize::try_from(*pos).unwrap_or(0);
-            for r in log.iter().skip(from).take(max_records) {
+            records.extend(log.iter().skip(from).take(max_records).map(|r| {
                 let rec = Polled {
                     key: r.key.as_deref(),
                     value: Some(&r.value),
                     timestamp_ms: Some(r.append_ms),
                     offset: r.offset,
                 };
-                let Some(ingested) = self.tasks.ingest(*id, rec, &mut out, &self.stats) else { break };
-                counts.ingested += usize::from(ingested.counted);
-                *pos = r.offset + 1;
-            }
+                (*id, rec)
+            }));
         }
+        let mut results = Vec::new();
+        self.tasks.ingest_all(&records, &mut out, &mut results, &self.stats);
+        for ((id, rec), ingested) in records.iter().zip(&results) {
+            let (Some(ingested), Some(pos)) = (ingested, self.positions.get_mut(id)) else { continue };
+            counts.ingested += usize::from(ingested.counted);
+            *pos = rec.offset + 1;
+        }
+        drop(records);
         // 2. Finish: every task with new records stages into one batch; partials go on to
         //    the combine topic.
-        let mut batch = self.store.batch();
+        let mut batch = DeferredWrites::default();
         let mut rows = Vec::new();
         self.tasks.finish(&self.store, &mut batch, &mut out, &mut rows, &self.stats)?;
         // 3. Marks of the upstreams that polled; a caught-up one promises broker time − skew.
@@ -288,18 +324,34 @@ impl TopologyDriver {
             (caught_up && !stalled.contains(&id)).then_some(idle_at)
         };
         self.tasks.marks(|id| polled.contains(&id), idle_bound, &mut out);
-        // 4. Publish, at the current broker time.
+        // 4. Overlapped: the turn before is durable before these outputs go out.
+        if let Some((writes, rows)) = self.in_flight.take() {
+            counts.actions += self.write(&writes, rows)?;
+        }
+        // 5. Publish, at the current broker time.
         counts.published = out.len();
         for r in out {
             self.publish(r);
         }
-        // 5. Commit state, offsets and outbox rows together; rows go to the dispatcher.
-        if commit {
-            self.store.commit(batch)?;
-            counts.actions = rows.len();
-            self.actions.extend(rows.into_iter().map(|(_, row)| row));
+        // 6. Commit state, offsets and outbox rows together (overlapped: during the next
+        //    turn); rows go to the dispatcher.
+        let rows: Vec<OutboxRow> = rows.into_iter().map(|(_, row)| row).collect();
+        if commit && self.overlapped {
+            self.in_flight = Some((batch, rows));
+        } else if commit {
+            counts.actions += self.write(&batch, rows)?;
         }
         Ok(counts)
+    }
+
+    /// Writes a turn's commit to the store; its rows go to the dispatcher. Returns how many.
+    fn write(&mut self, writes: &DeferredWrites, rows: Vec<OutboxRow>) -> Result<usize, StateError> {
+        let mut batch = self.store.batch();
+        writes.apply_to(&mut batch)?;
+        self.store.commit(batch)?;
+        let n = rows.len();
+        self.actions.extend(rows);
+        Ok(n)
     }
 
     fn publish(&mut self, r: OutputRecord) {

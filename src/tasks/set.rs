@@ -5,10 +5,12 @@
 //!
 //! - [`TaskSet::ingest`] hands a record to its partition's task (the topic mapped to its
 //!   source once, in [`Sources`]; a record without a timestamp takes the partition's latest
-//!   append time, from the data, never the clock);
+//!   append time, from the data, never the clock); [`TaskSet::ingest_all`] hands a poll's
+//!   records over together, each task's on one of up to `--threads` threads;
 //! - [`TaskSet::skip_control_records`] moves tasks past offsets the consumer stepped over
 //!   without handing a record over (transaction markers, aborted records);
-//! - [`TaskSet::finish`] stages every task with new records into one batch, copies the
+//! - [`TaskSet::finish`] stages every task with new records into one batch (the tasks on up
+//!   to `--threads` threads, their writes applied in partition order), copies the
 //!   orders tasks' partials to the combine topic ([`Forwarder`]) and emits the combine marks;
 //! - [`TaskSet::marks`] emits the upstream tasks' progress promises to every SKU partition.
 //!
@@ -17,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_state::{PartitionId, StateError, StateView, StateWrite};
+use tidemark_state::{DeferredWrites, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::logical::LogicalTime;
 
 use super::task::{Task, TaskFactory};
@@ -63,6 +65,78 @@ pub struct Ingested {
     pub counted: bool,
 }
 
+/// Below this many records a poll's records are ingested on the calling thread alone: a
+/// thread costs more than it saves.
+const PARALLEL_FROM: usize = 64;
+
+/// One task's records of an [`TaskSet::ingest_all`] and what it made of them.
+struct Share<'a> {
+    id: PartitionId,
+    task: &'a mut Task,
+    /// Indexes into the polled records, in order.
+    records: Vec<usize>,
+    out: Vec<OutputRecord>,
+    results: Vec<Option<Ingested>>,
+}
+
+/// The thread (0..threads) of each of `works`: the largest first, each onto the least loaded
+/// thread. Only how fast a step goes depends on it, never what it produces.
+fn deal(works: &[usize], threads: usize) -> Vec<usize> {
+    let threads = threads.min(works.len()).max(1);
+    let mut order: Vec<usize> = (0..works.len()).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(works[*i]));
+    let mut load = vec![0usize; threads];
+    let mut lane_of = vec![0usize; works.len()];
+    for i in order {
+        let lane = (0..threads).min_by_key(|l| load[*l]).unwrap_or(0);
+        load[lane] += works[i];
+        lane_of[i] = lane;
+    }
+    lane_of
+}
+
+/// One task's finish on a worker thread, and what it made.
+struct Finishing<'a> {
+    id: PartitionId,
+    work: usize,
+    task: &'a mut Task,
+    writes: DeferredWrites,
+    out: Vec<OutputRecord>,
+    rows: Vec<(PartitionId, OutboxRow)>,
+    result: Result<(), StateError>,
+}
+
+/// Finishes each share's task into its own writes, outputs and rows.
+fn finish_lane<S: StateView + Sync + ?Sized>(lane: Vec<&mut Finishing<'_>>, store: &S, stats: &Stats) {
+    for share in lane {
+        share.result = share.task.finish(store, &mut share.writes, &mut share.out, &mut share.rows, stats);
+    }
+}
+
+/// Ingests each share's records into its task, in order.
+fn ingest_lane(lane: Vec<&mut Share<'_>>, polled: &[(PartitionId, Polled<'_>)], stats: &Stats) {
+    for share in lane {
+        for i in &share.records {
+            let (id, rec) = polled[*i];
+            share.results.push(Some(ingest_into(share.task, id, rec, &mut share.out, stats)));
+        }
+    }
+}
+
+/// [`TaskSet::ingest`] for a task at hand.
+fn ingest_into(
+    task: &mut Task,
+    id: PartitionId,
+    rec: Polled<'_>,
+    out: &mut Vec<OutputRecord>,
+    stats: &Stats,
+) -> Ingested {
+    let append_ms = rec.timestamp_ms.filter(|t| *t >= 0).unwrap_or(task.checkpoint().max_append_ms);
+    let counted =
+        task.ingest(SourceRecord { key: rec.key, value: rec.value, append_ms, offset: rec.offset }, out, stats);
+    Ingested { id, append_ms, counted }
+}
+
 pub struct TaskSet {
     factory: TaskFactory,
     sources: Sources,
@@ -70,12 +144,19 @@ pub struct TaskSet {
     combine: Forwarder,
     /// The last progress promise sent per upstream partition.
     last_marks: BTreeMap<PartitionId, LogicalTime>,
+    /// Threads [`TaskSet::ingest_all`] may use (`--threads`).
+    threads: usize,
 }
 
 impl TaskSet {
     pub fn new(factory: TaskFactory, sources: Sources) -> Self {
         let combine = Forwarder::new(factory.counts[usize::from(PartitionId::COMBINE)]);
-        TaskSet { factory, sources, tasks: BTreeMap::new(), combine, last_marks: BTreeMap::new() }
+        TaskSet { factory, sources, tasks: BTreeMap::new(), combine, last_marks: BTreeMap::new(), threads: 1 }
+    }
+
+    /// Lets [`TaskSet::ingest_all`] use up to `threads` threads (1: the caller's alone).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
     }
 
     pub fn factory(&self) -> &TaskFactory {
@@ -173,10 +254,64 @@ impl TaskSet {
         stats: &Stats,
     ) -> Option<Ingested> {
         let task = self.tasks.get_mut(&id)?;
-        let append_ms = rec.timestamp_ms.filter(|t| *t >= 0).unwrap_or(task.checkpoint().max_append_ms);
-        let counted =
-            task.ingest(SourceRecord { key: rec.key, value: rec.value, append_ms, offset: rec.offset }, out, stats);
-        Some(Ingested { id, append_ms, counted })
+        Some(ingest_into(task, id, rec, out, stats))
+    }
+
+    /// Hands every record of `polled` to its partition's task, like [`TaskSet::ingest`] one by
+    /// one, on up to [`TaskSet::set_threads`] threads: each task takes its own records in their order on one
+    /// thread, so what a task holds afterwards does not depend on the thread count. `results[i]`
+    /// says what became of `polled[i]`. Outputs go to `out` task by task in partition order
+    /// (the order across partitions is the poll's anyway, which no output depends on: the SKU
+    /// merge orders by logical time).
+    pub fn ingest_all(
+        &mut self,
+        polled: &[(PartitionId, Polled<'_>)],
+        out: &mut Vec<OutputRecord>,
+        results: &mut Vec<Option<Ingested>>,
+        stats: &Stats,
+    ) {
+        results.clear();
+        let threads = self.threads;
+        let parallel = threads > 1 && polled.len() >= PARALLEL_FROM && polled.windows(2).any(|w| w[0].0 != w[1].0);
+        if !parallel {
+            results.extend(polled.iter().map(|(id, rec)| self.ingest(*id, *rec, out, stats)));
+            return;
+        }
+        results.resize(polled.len(), None);
+        // One share per task with records here, in partition order.
+        let mut shares: Vec<Share<'_>> = Vec::new();
+        for (id, task) in self.tasks.iter_mut() {
+            shares.push(Share { id: *id, task, records: Vec::new(), out: Vec::new(), results: Vec::new() });
+        }
+        for (i, (id, _)) in polled.iter().enumerate() {
+            if let Ok(at) = shares.binary_search_by_key(id, |s| s.id) {
+                shares[at].records.push(i);
+            }
+        }
+        shares.retain(|s| !s.records.is_empty());
+        let works: Vec<usize> = shares.iter().map(|s| s.records.len()).collect();
+        let lane_of = deal(&works, threads);
+        let threads = threads.min(shares.len());
+        let mut lanes: Vec<Vec<&mut Share<'_>>> = (0..threads).map(|_| Vec::new()).collect();
+        for (share, lane) in shares.iter_mut().zip(&lane_of) {
+            lanes[*lane].push(share);
+        }
+        std::thread::scope(|scope| {
+            let mut lanes = lanes.into_iter();
+            let mine = lanes.next();
+            for lane in lanes {
+                scope.spawn(move || ingest_lane(lane, polled, stats));
+            }
+            if let Some(lane) = mine {
+                ingest_lane(lane, polled, stats);
+            }
+        });
+        for share in shares {
+            out.extend(share.out);
+            for (i, r) in share.records.into_iter().zip(share.results) {
+                results[i] = r;
+            }
+        }
     }
 
     /// Moves each task past offsets the consumer stepped over without handing a record to the
@@ -204,7 +339,7 @@ impl TaskSet {
     /// the orders tasks emitted are copied to the combine topic by aggregate key, and the
     /// orders tasks whose maximum event time moved mark every combine partition. Returns what
     /// the batch holds per partition.
-    pub fn finish<S: StateView + ?Sized, W: StateWrite>(
+    pub fn finish<S: StateView + Sync + ?Sized, W: StateWrite>(
         &mut self,
         store: &S,
         batch: &mut W,
@@ -214,13 +349,80 @@ impl TaskSet {
     ) -> Result<Vec<Finished>, StateError> {
         let from = out.len();
         let mut finished = Vec::new();
-        for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
-            task.finish(store, batch, out, rows, stats)?;
-            finished.push(Finished { id: *id, next_offset: task.next_offset(), dedup_horizon: task.dedup_horizon() });
+        let busy = self.tasks.values().filter(|t| t.has_uncommitted()).count();
+        if self.threads > 1 && busy > 1 {
+            self.finish_on_threads(store, batch, out, rows, stats, &mut finished)?;
+        } else {
+            for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
+                task.finish(store, batch, out, rows, stats)?;
+                finished.push(Finished {
+                    id: *id,
+                    next_offset: task.next_offset(),
+                    dedup_horizon: task.dedup_horizon(),
+                });
+            }
         }
         self.combine.forward(out, from);
         self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), out);
         Ok(finished)
+    }
+
+    /// [`TaskSet::finish`]'s loop on up to [`TaskSet::set_threads`] threads: each task finishes
+    /// on one thread into writes of its own ([`DeferredWrites`]); then, in partition order as
+    /// the loop on one thread goes, its writes are applied to `batch` and its outputs and rows
+    /// appended. The batch, the outputs and the rows are the same whatever the thread count.
+    fn finish_on_threads<S: StateView + Sync + ?Sized, W: StateWrite>(
+        &mut self,
+        store: &S,
+        batch: &mut W,
+        out: &mut Vec<OutputRecord>,
+        rows: &mut Vec<(PartitionId, OutboxRow)>,
+        stats: &Stats,
+        finished: &mut Vec<Finished>,
+    ) -> Result<(), StateError> {
+        let mut shares: Vec<Finishing<'_>> = self
+            .tasks
+            .iter_mut()
+            .filter(|(_, t)| t.has_uncommitted())
+            .map(|(id, task)| Finishing {
+                id: *id,
+                work: task.work(),
+                task,
+                writes: DeferredWrites::default(),
+                out: Vec::new(),
+                rows: Vec::new(),
+                result: Ok(()),
+            })
+            .collect();
+        let works: Vec<usize> = shares.iter().map(|s| s.work).collect();
+        let lane_of = deal(&works, self.threads);
+        let mut lanes: Vec<Vec<&mut Finishing<'_>>> = (0..self.threads.min(shares.len())).map(|_| Vec::new()).collect();
+        for (share, lane) in shares.iter_mut().zip(&lane_of) {
+            lanes[*lane].push(share);
+        }
+        std::thread::scope(|scope| {
+            let mut lanes = lanes.into_iter();
+            let mine = lanes.next();
+            for lane in lanes {
+                scope.spawn(move || finish_lane(lane, store, stats));
+            }
+            if let Some(lane) = mine {
+                finish_lane(lane, store, stats);
+            }
+        });
+        for share in shares {
+            share.result?;
+            share.writes.apply_to(batch)?;
+            out.extend(share.out);
+            rows.extend(share.rows);
+            let task = &*share.task;
+            finished.push(Finished {
+                id: share.id,
+                next_offset: task.next_offset(),
+                dedup_horizon: task.dedup_horizon(),
+            });
+        }
+        Ok(())
     }
 
     /// Progress promises of the upstream tasks `include` selects, to every SKU partition. A

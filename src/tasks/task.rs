@@ -185,6 +185,16 @@ impl Task {
         }
     }
 
+    /// About how much its next `finish` has to do: the events an orders task holds, the records
+    /// a SKU task holds for the merge; 1 for the others. Deals finishes to threads.
+    pub fn work(&self) -> usize {
+        match self {
+            Task::Orders(t) => t.pending().max(1),
+            Task::Sku(t) => t.buffered().max(1),
+            Task::Inventory(_) | Task::Combine(_) => 1,
+        }
+    }
+
     /// Records a SKU task still holds for the merge.
     pub fn buffered(&self) -> usize {
         match self {

@@ -27,7 +27,7 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
     ("tidemark_merge_broken_promises_total", Counter, "Repartitioned records that arrived below a progress promise of their upstream partition"),
     ("tidemark_sku_late_lines_total", Counter, "Order lines a SKU partition found past window retention (no inventory or velocity effect)"),
     ("tidemark_checkpoint_duration_seconds", Histogram, "Time of the fsynced state and offsets write of one commit"),
-    ("tidemark_commit_phase_seconds", Histogram, "Time of a commit's other phases: the tasks finishing into the batch on the stream thread (finish), the outputs' acknowledgement before the state write (outputs)"),
+    ("tidemark_commit_phase_seconds", Histogram, "Time of a commit's other phases: on the stream thread the tasks finishing into the batch (finish) and the outputs queued in the producer (produce), on the commit thread the outputs' acknowledgement before the state write (outputs)"),
     ("tidemark_commit_wait_seconds", Histogram, "Time the stream thread waited for the previous batch's commit before finishing the next"),
     ("tidemark_latency_seconds", Histogram, "Latency of each segment of the action deadline, from broker append to the endpoint's answer"),
     ("tidemark_rebalances_total", Counter, "Partition assignment changes seen"),

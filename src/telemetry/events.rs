@@ -80,9 +80,12 @@ pub struct Latencies {
     pub checkpoint: Histogram,
     /// How long the stream thread waited for the previous batch's commit.
     pub commit_wait: Histogram,
-    /// The stream thread's part of a commit: every task finishes into the batch, marks and
-    /// outputs are queued (`phase="finish"`).
+    /// The stream thread's part of a commit: every task finishes into the batch and the
+    /// marks are made (`phase="finish"`), ...
     pub finish: Histogram,
+    /// ... then every output is queued in the producer (`phase="produce"`; it waits when the
+    /// producer's queue is full).
+    pub produce: Histogram,
     /// The commit thread's wait for every output of the batch to be acknowledged, before
     /// the state write (`phase="outputs"`).
     pub outputs: Histogram,
@@ -97,6 +100,7 @@ impl Default for Latencies {
             checkpoint: histogram!(CHECKPOINT),
             commit_wait: histogram!(COMMIT_WAIT),
             finish: histogram!(COMMIT_PHASE, "phase" => "finish"),
+            produce: histogram!(COMMIT_PHASE, "phase" => "produce"),
             outputs: histogram!(COMMIT_PHASE, "phase" => "outputs"),
         }
     }

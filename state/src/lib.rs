@@ -13,11 +13,14 @@
 //! - [`export`]: one partition's state as SST files and back (snapshots that move a
 //!   partition between pods).
 //! - [`commit`]: the single `WriteBatch` that makes state, outbox rows and offsets durable together.
+//! - [`deferred`]: `DeferredWrites`, writes recorded on a worker thread and applied later, in
+//!   order, to that batch.
 //! - [`error`]: `StateError`, classified by whether a retry can help.
 
 pub mod checkpoint;
 pub mod codec;
 pub mod commit;
+pub mod deferred;
 pub mod error;
 pub mod export;
 pub mod keys;
@@ -28,6 +31,7 @@ pub mod view;
 
 pub use checkpoint::Checkpoint;
 pub use commit::{CommitBatch, StagedBatch};
+pub use deferred::DeferredWrites;
 pub use error::StateError;
 pub use export::{ConsistentPoint, ExportedFile, PartitionExport};
 pub use keys::{Namespace, PartitionId};
