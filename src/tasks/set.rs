@@ -79,20 +79,35 @@ struct Share<'a> {
     results: Vec<Option<Ingested>>,
 }
 
-/// The thread (0..threads) of each of `works`: the largest first, each onto the least loaded
-/// thread. Only how fast a step goes depends on it, never what it produces.
-fn deal(works: &[usize], threads: usize) -> Vec<usize> {
-    let threads = threads.min(works.len()).max(1);
-    let mut order: Vec<usize> = (0..works.len()).collect();
-    order.sort_by_key(|i| std::cmp::Reverse(works[*i]));
+/// Runs `each` on every share, on up to `threads` threads (the calling thread is one of them),
+/// each share whole on one thread. The shares are dealt by `work`, the largest first onto the
+/// least loaded thread: only how fast a step goes depends on the dealing, never what it makes.
+fn on_threads<T: Send>(shares: &mut [T], threads: usize, work: impl Fn(&T) -> usize, each: impl Fn(&mut T) + Sync) {
+    let threads = threads.min(shares.len()).max(1);
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(work(&shares[*i])));
     let mut load = vec![0usize; threads];
-    let mut lane_of = vec![0usize; works.len()];
+    let mut lane_of = vec![0usize; shares.len()];
     for i in order {
         let lane = (0..threads).min_by_key(|l| load[*l]).unwrap_or(0);
-        load[lane] += works[i];
+        load[lane] += work(&shares[i]);
         lane_of[i] = lane;
     }
-    lane_of
+    let mut lanes: Vec<Vec<&mut T>> = (0..threads).map(|_| Vec::new()).collect();
+    for (share, lane) in shares.iter_mut().zip(&lane_of) {
+        lanes[*lane].push(share);
+    }
+    let each = &each;
+    std::thread::scope(|scope| {
+        let mut lanes = lanes.into_iter();
+        let mine = lanes.next();
+        for lane in lanes {
+            scope.spawn(move || lane.into_iter().for_each(each));
+        }
+        if let Some(lane) = mine {
+            lane.into_iter().for_each(each);
+        }
+    });
 }
 
 /// One task's finish on a worker thread, and what it made.
@@ -104,23 +119,6 @@ struct Finishing<'a> {
     out: Vec<OutputRecord>,
     rows: Vec<(PartitionId, OutboxRow)>,
     result: Result<(), StateError>,
-}
-
-/// Finishes each share's task into its own writes, outputs and rows.
-fn finish_lane<S: StateView + Sync + ?Sized>(lane: Vec<&mut Finishing<'_>>, store: &S, stats: &Stats) {
-    for share in lane {
-        share.result = share.task.finish(store, &mut share.writes, &mut share.out, &mut share.rows, stats);
-    }
-}
-
-/// Ingests each share's records into its task, in order.
-fn ingest_lane(lane: Vec<&mut Share<'_>>, polled: &[(PartitionId, Polled<'_>)], stats: &Stats) {
-    for share in lane {
-        for i in &share.records {
-            let (id, rec) = polled[*i];
-            share.results.push(Some(ingest_into(share.task, id, rec, &mut share.out, stats)));
-        }
-    }
 }
 
 /// [`TaskSet::ingest`] for a task at hand.
@@ -289,23 +287,17 @@ impl TaskSet {
             }
         }
         shares.retain(|s| !s.records.is_empty());
-        let works: Vec<usize> = shares.iter().map(|s| s.records.len()).collect();
-        let lane_of = deal(&works, threads);
-        let threads = threads.min(shares.len());
-        let mut lanes: Vec<Vec<&mut Share<'_>>> = (0..threads).map(|_| Vec::new()).collect();
-        for (share, lane) in shares.iter_mut().zip(&lane_of) {
-            lanes[*lane].push(share);
-        }
-        std::thread::scope(|scope| {
-            let mut lanes = lanes.into_iter();
-            let mine = lanes.next();
-            for lane in lanes {
-                scope.spawn(move || ingest_lane(lane, polled, stats));
-            }
-            if let Some(lane) = mine {
-                ingest_lane(lane, polled, stats);
-            }
-        });
+        on_threads(
+            &mut shares,
+            threads,
+            |s| s.records.len(),
+            |share| {
+                for i in &share.records {
+                    let (id, rec) = polled[*i];
+                    share.results.push(Some(ingest_into(share.task, id, rec, &mut share.out, stats)));
+                }
+            },
+        );
         for share in shares {
             out.extend(share.out);
             for (i, r) in share.records.into_iter().zip(share.results) {
@@ -394,22 +386,14 @@ impl TaskSet {
                 result: Ok(()),
             })
             .collect();
-        let works: Vec<usize> = shares.iter().map(|s| s.work).collect();
-        let lane_of = deal(&works, self.threads);
-        let mut lanes: Vec<Vec<&mut Finishing<'_>>> = (0..self.threads.min(shares.len())).map(|_| Vec::new()).collect();
-        for (share, lane) in shares.iter_mut().zip(&lane_of) {
-            lanes[*lane].push(share);
-        }
-        std::thread::scope(|scope| {
-            let mut lanes = lanes.into_iter();
-            let mine = lanes.next();
-            for lane in lanes {
-                scope.spawn(move || finish_lane(lane, store, stats));
-            }
-            if let Some(lane) = mine {
-                finish_lane(lane, store, stats);
-            }
-        });
+        on_threads(
+            &mut shares,
+            self.threads,
+            |s| s.work,
+            |share| {
+                share.result = share.task.finish(store, &mut share.writes, &mut share.out, &mut share.rows, stats);
+            },
+        );
         for share in shares {
             share.result?;
             share.writes.apply_to(batch)?;
