@@ -112,11 +112,18 @@ class Tidemark:
         """The example topology with this run's topics (prefix tag), partitions, only the
         velocity_spike rule (what the Kafka Streams baseline implements) posting to url, and
         `key = value` lines replaced per overrides {key: TOML value}."""
-        for src in (os.path.join(ROOT, "topology", "examples", "orders.toml"), None):
-            if src is None:  # the binary under test rejects the working tree's example: the committed one
-                text = git("show", "HEAD:topology/examples/orders.toml")
-            else:
+        # The working tree's example; if the binary rejects it, the committed one; if it rejects
+        # that too (an older build: a --against baseline), the example of its own commit.
+        own = self.info["commit"] if self.info["commit"] != "unknown" else None
+        for src in (os.path.join(ROOT, "topology", "examples", "orders.toml"), "HEAD", own):
+            if src is None:
+                continue
+            if os.path.isabs(src):
                 text = open(src).read()
+            else:
+                text = git("show", f"{src}:topology/examples/orders.toml")
+                if not text:
+                    continue
             t = text.replace('topic = "orders"', f'topic = "{orders or tag + ".orders"}"').replace('topic = "inventory"', f'topic = "{tag}.inventory"')
             t = t.replace('topic = "tidemark.', f'topic = "{tag}.')
             t = re.sub(r"partitions = 4", f"partitions = {partitions}", t)
@@ -130,7 +137,7 @@ class Tidemark:
                 f.write(t)
             if subprocess.run([self.bin, "validate", path], capture_output=True).returncode == 0:
                 return path
-        raise BenchError(f"topology {path}: `{self.bin} validate` rejects it (and the committed example)")
+        raise BenchError(f"topology {path}: `{self.bin} validate` rejects it (and the committed example, and that of its own commit {own})")
 
     def topics(self, bootstrap, topology):
         run([self.bin, "topics", "--bootstrap", bootstrap, "--topology", topology, "--log", "warn"], f"creating the topics of {topology}")
