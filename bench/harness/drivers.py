@@ -9,6 +9,7 @@ raw folder of this series) and ctx.tag (a prefix unique to the series)."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -111,7 +112,9 @@ class Run:
 
     def __init__(self, ctx, system, run_id, endpoint_mode="ok"):
         self.ctx, self.system, self.id = ctx, system, run_id
-        self.tag = f"{ctx.tag}-{run_id}".replace("_", "-")
+        # Topic names allow letters, digits, '.', '_' and '-' only (a system named
+        # tidemark@abc1234 by --against has an '@').
+        self.tag = re.sub(r"[^A-Za-z0-9.-]", "-", f"{ctx.tag}-{run_id}")
         self.dir = os.path.join(ctx.work, run_id)
         os.makedirs(self.dir, exist_ok=True)
         self.endpoint_mode = endpoint_mode
@@ -251,8 +254,10 @@ class Drain:
             ep = r.endpoint()
             t0 = time.time()
             if r.kind == "tidemark":
-                path = tm(ctx).topology(os.path.join(r.dir, "t.toml"), r.tag, ctx.p.get("partitions", 4), ep.url, rule(ctx), orders=self.orders)
-                tm(ctx).topics(ctx.broker.bootstrap, path)
+                # The run's own binary writes and checks its topology (with --against, an
+                # older build may not read today's example).
+                path = r.sut.topology(os.path.join(r.dir, "t.toml"), r.tag, ctx.p.get("partitions", 4), ep.url, rule(ctx), orders=self.orders)
+                r.sut.topics(ctx.broker.bootstrap, path)
                 pin = ctx.p.get("pin_core")
                 broker_pid = ctx.broker.pid()
                 if pin is not None and broker_pid:
