@@ -331,6 +331,11 @@ impl TaskSet {
     /// the orders tasks emitted are copied to the combine topic by aggregate key, and the
     /// orders tasks whose maximum event time moved mark every combine partition. Returns what
     /// the batch holds per partition.
+    ///
+    /// On up to [`TaskSet::set_threads`] threads each task finishes on one thread into writes
+    /// of its own ([`DeferredWrites`]); then, in partition order as the loop on one thread
+    /// goes, its writes are applied to `batch` and its outputs and rows appended: the batch,
+    /// the outputs and the rows are the same whatever the thread count.
     pub fn finish<S: StateView + Sync + ?Sized, W: StateWrite>(
         &mut self,
         store: &S,
@@ -342,71 +347,50 @@ impl TaskSet {
         let from = out.len();
         let mut finished = Vec::new();
         let busy = self.tasks.values().filter(|t| t.has_uncommitted()).count();
+        let finished_now = |id: PartitionId, task: &Task| Finished {
+            id,
+            next_offset: task.next_offset(),
+            dedup_horizon: task.dedup_horizon(),
+        };
         if self.threads > 1 && busy > 1 {
-            self.finish_on_threads(store, batch, out, rows, stats, &mut finished)?;
+            let mut shares: Vec<Finishing<'_>> = self
+                .tasks
+                .iter_mut()
+                .filter(|(_, t)| t.has_uncommitted())
+                .map(|(id, task)| Finishing {
+                    id: *id,
+                    work: task.work(),
+                    task,
+                    writes: DeferredWrites::default(),
+                    out: Vec::new(),
+                    rows: Vec::new(),
+                    result: Ok(()),
+                })
+                .collect();
+            on_threads(
+                &mut shares,
+                self.threads,
+                |s| s.work,
+                |share| {
+                    share.result = share.task.finish(store, &mut share.writes, &mut share.out, &mut share.rows, stats);
+                },
+            );
+            for share in shares {
+                share.result?;
+                share.writes.apply_to(batch)?;
+                out.extend(share.out);
+                rows.extend(share.rows);
+                finished.push(finished_now(share.id, share.task));
+            }
         } else {
             for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
                 task.finish(store, batch, out, rows, stats)?;
-                finished.push(Finished {
-                    id: *id,
-                    next_offset: task.next_offset(),
-                    dedup_horizon: task.dedup_horizon(),
-                });
+                finished.push(finished_now(*id, task));
             }
         }
         self.combine.forward(out, from);
         self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), out);
         Ok(finished)
-    }
-
-    /// [`TaskSet::finish`]'s loop on up to [`TaskSet::set_threads`] threads: each task finishes
-    /// on one thread into writes of its own ([`DeferredWrites`]); then, in partition order as
-    /// the loop on one thread goes, its writes are applied to `batch` and its outputs and rows
-    /// appended. The batch, the outputs and the rows are the same whatever the thread count.
-    fn finish_on_threads<S: StateView + Sync + ?Sized, W: StateWrite>(
-        &mut self,
-        store: &S,
-        batch: &mut W,
-        out: &mut Vec<OutputRecord>,
-        rows: &mut Vec<(PartitionId, OutboxRow)>,
-        stats: &Stats,
-        finished: &mut Vec<Finished>,
-    ) -> Result<(), StateError> {
-        let mut shares: Vec<Finishing<'_>> = self
-            .tasks
-            .iter_mut()
-            .filter(|(_, t)| t.has_uncommitted())
-            .map(|(id, task)| Finishing {
-                id: *id,
-                work: task.work(),
-                task,
-                writes: DeferredWrites::default(),
-                out: Vec::new(),
-                rows: Vec::new(),
-                result: Ok(()),
-            })
-            .collect();
-        on_threads(
-            &mut shares,
-            self.threads,
-            |s| s.work,
-            |share| {
-                share.result = share.task.finish(store, &mut share.writes, &mut share.out, &mut share.rows, stats);
-            },
-        );
-        for share in shares {
-            share.result?;
-            share.writes.apply_to(batch)?;
-            out.extend(share.out);
-            rows.extend(share.rows);
-            let task = &*share.task;
-            finished.push(Finished {
-                id: share.id,
-                next_offset: task.next_offset(),
-                dedup_horizon: task.dedup_horizon(),
-            });
-        }
-        Ok(())
     }
 
     /// Progress promises of the upstream tasks `include` selects, to every SKU partition. A
