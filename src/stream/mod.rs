@@ -137,8 +137,9 @@ struct Runner {
     imports: Imports,
     /// With `internal.idle_promise = "fence"`: fences idle upstream partitions.
     fencer: Option<fence::Fencer>,
-    /// What became of each record of the last chunk (reused).
+    /// What became of each record of the last chunk, and when each was polled (reused).
     ingested: Vec<Option<Ingested>>,
+    polled_at: Vec<Instant>,
     /// When the last input (orders, inventory) record was applied: the fencer's demand.
     input_at: Option<Instant>,
 }
@@ -427,6 +428,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         fencer,
         input_at: None,
         ingested: Vec::new(),
+        polled_at: Vec::new(),
     };
     let result = runner.run_loop(&consumer);
     // No import outlives the stream (it writes the store this run's restart reopens).
@@ -550,7 +552,8 @@ impl Runner {
         if chunk.is_empty() {
             return;
         }
-        let mut at = Vec::with_capacity(chunk.len());
+        let mut at = std::mem::take(&mut self.polled_at);
+        at.clear();
         let polled: Vec<(PartitionId, Polled<'_>)> = chunk
             .iter()
             .filter_map(|(msg, polled_at)| {
@@ -576,6 +579,7 @@ impl Runner {
             }
         }
         self.ingested = results;
+        self.polled_at = at;
         drop(polled);
         chunk.clear();
     }

@@ -142,14 +142,24 @@ pub struct TaskSet {
     combine: Forwarder,
     /// The last progress promise sent per upstream partition.
     last_marks: BTreeMap<PartitionId, LogicalTime>,
-    /// Threads [`TaskSet::ingest_all`] may use (`--threads`).
+    /// Threads [`TaskSet::ingest_all`] and [`TaskSet::finish`] may use (`--threads`).
     threads: usize,
+    /// Cleared [`DeferredWrites`] of earlier threaded finishes, kept with their capacity.
+    spare_writes: Vec<DeferredWrites>,
 }
 
 impl TaskSet {
     pub fn new(factory: TaskFactory, sources: Sources) -> Self {
         let combine = Forwarder::new(factory.counts[usize::from(PartitionId::COMBINE)]);
-        TaskSet { factory, sources, tasks: BTreeMap::new(), combine, last_marks: BTreeMap::new(), threads: 1 }
+        TaskSet {
+            factory,
+            sources,
+            tasks: BTreeMap::new(),
+            combine,
+            last_marks: BTreeMap::new(),
+            threads: 1,
+            spare_writes: Vec::new(),
+        }
     }
 
     /// Lets [`TaskSet::ingest_all`] use up to `threads` threads (1: the caller's alone).
@@ -353,6 +363,7 @@ impl TaskSet {
             dedup_horizon: task.dedup_horizon(),
         };
         if self.threads > 1 && busy > 1 {
+            let spare = &mut self.spare_writes;
             let mut shares: Vec<Finishing<'_>> = self
                 .tasks
                 .iter_mut()
@@ -361,7 +372,7 @@ impl TaskSet {
                     id: *id,
                     work: task.work(),
                     task,
-                    writes: DeferredWrites::default(),
+                    writes: spare.pop().unwrap_or_default(),
                     out: Vec::new(),
                     rows: Vec::new(),
                     result: Ok(()),
@@ -375,12 +386,14 @@ impl TaskSet {
                     share.result = share.task.finish(store, &mut share.writes, &mut share.out, &mut share.rows, stats);
                 },
             );
-            for share in shares {
+            for mut share in shares {
                 share.result?;
                 share.writes.apply_to(batch)?;
                 out.extend(share.out);
                 rows.extend(share.rows);
                 finished.push(finished_now(share.id, share.task));
+                share.writes.clear();
+                self.spare_writes.push(share.writes);
             }
         } else {
             for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
