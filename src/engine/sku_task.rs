@@ -6,9 +6,11 @@
 //!    bound; a data record already applied (a replay) is skipped; others wait in the merge
 //!    buffer, in memory only.
 //! 2. [`SkuTask::finish`]: release, in logical-time order, every buffered record below the
-//!    lowest bound of all upstreams — nothing lower can arrive any more — and apply it; new
-//!    action keys become outbox rows; SKU state, bookkeeping and the input position are
-//!    staged into the commit batch.
+//!    lowest bound of the upstreams a phase reads — nothing lower can arrive any more — and
+//!    apply it; new action keys become outbox rows; SKU state, bookkeeping and the input
+//!    position are staged into the commit batch. Rules that read no stock run in a window
+//!    phase gated by the `orders` upstreams alone, ahead of the stock rules, which also wait
+//!    for `inventory` ([`super::sku_phase`]).
 //!
 //! The merge buffer is checkpointed by position, not by writing its records: the persisted
 //! checkpoint is the offset of the oldest record still buffered (or the next offset when
@@ -23,29 +25,32 @@
 //! Which records are released depends on timing; the order they are applied in does not.
 //! So the actions, their keys and payloads do not depend on how fast any partition ran.
 //!
-//! A restored task reads only its bookkeeping and merge buffer. A SKU's state and line rows
+//! A restored task reads only its bookkeeping and merge buffer (once, after an upgrade from
+//! state written by one processor of every rule, the window phase splits its windows off
+//! every SKU's state). A SKU's state and line rows
 //! are read on the SKU's first touch (one point read and one prefix scan, then kept in
 //! memory), so restart time does not grow with the number of SKUs or lines. The processor
 //! only ever sees whole SKUs, so what it decides is the same as with everything loaded
 //! (pruning a SKU later than it would have been changes no output, see
 //! `tidemark_topology::sku`); a SKU never touched again keeps its rows until it is.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 use tidemark_state::{codec, Checkpoint, Namespace, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::config::{Rule, RuleMode};
 use tidemark_topology::logical::LogicalTime;
-use tidemark_topology::sku::{LineKind, SkuInput, SkuProcessor, SkuState};
+use tidemark_topology::sku::ActionIntent;
 use tidemark_topology::window::WindowPolicy;
 
 use super::derive::Derived;
 use super::outbox::{OutboxRow, RowState};
 use super::output::{OutputRecord, Sink};
 use super::record::SourceRecord;
+use super::sku_phase::{phases, Phase, PhaseKind, Upstream};
 use super::stats::Stats;
 
-type Upstream = (u16, i32);
 type BufferKey = (LogicalTime, u32);
 
 /// A record waiting in the merge buffer, and where it came from: the repartition offset it
@@ -55,6 +60,8 @@ type BufferKey = (LogicalTime, u32);
 struct Buffered {
     derived: Derived,
     offset: Option<i64>,
+    /// Applied by the window phase already (which runs ahead of the stock phase).
+    early_done: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -66,7 +73,8 @@ pub struct SkuTaskConfig {
     pub window: WindowPolicy,
 }
 
-/// Bookkeeping persisted with the task's state.
+/// Bookkeeping persisted with the task's state: every upstream's promise, and what the stock
+/// phase (or the only phase of a task without one) applied.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct Meta {
     bounds: BTreeMap<Upstream, LogicalTime>,
@@ -74,24 +82,35 @@ struct Meta {
     max_event_ms: Option<i64>,
 }
 
+/// What the window phase applied, persisted beside [`Meta`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct WindowMeta {
+    applied: BTreeMap<Upstream, (i64, u32)>,
+    max_event_ms: Option<i64>,
+}
+
 const META_KEY: &[u8] = b"meta";
+const WINDOW_META_KEY: &[u8] = b"window_meta";
 /// The offset the task had read to at its last commit (an `i64`, codec-encoded).
 const READ_TO_KEY: &[u8] = b"read_to";
 
 pub struct SkuTask {
     id: PartitionId,
     cfg: SkuTaskConfig,
-    processor: SkuProcessor,
+    /// The phase that releases records from the buffer (the stock phase when any rule reads
+    /// stock), then the window phase running ahead of it, if any (see [`super::sku_phase`]).
+    phases: Vec<Phase>,
     checkpoint: Checkpoint,
     meta: Meta,
     buffer: BTreeMap<BufferKey, Buffered>,
+    /// Where the window phase running ahead looks next: every buffered record below it that
+    /// it reads is `early_done`.
+    early_from: Option<BufferKey>,
     /// Offsets below this were read before the last restart: re-reading them is a replay.
     read_to: i64,
     /// Rows an earlier version wrote to the store's merge buffer that were released since
     /// the last commit (deleted in its batch).
     released: Vec<BufferKey>,
-    /// SKUs whose rows were read from the store (or that had none there).
-    loaded: HashSet<String>,
     uncommitted: bool,
     /// Keys of the outbox rows the last [`SkuTask::finish`] wrote: the stream thread finishes
     /// a batch while the one before it is still being written, so the store cannot answer for
@@ -101,71 +120,76 @@ pub struct SkuTask {
 
 impl SkuTask {
     pub fn restore<S: StateView + ?Sized>(store: &S, id: PartitionId, cfg: SkuTaskConfig) -> Result<Self, StateError> {
-        let checkpoint = store.checkpoint(id)?.unwrap_or_default();
+        let stored = store.checkpoint(id)?;
+        let checkpoint = stored.unwrap_or_default();
         let mut meta = Meta::default();
-        let mut processor = SkuProcessor::new(cfg.rules.clone(), cfg.window);
+        let mut window_meta: Option<WindowMeta> = None;
+        let mut phases = phases(&cfg.rules, cfg.window, &cfg.upstreams);
         let mut read_to = checkpoint.next_offset;
         for (k, v) in store.load_aggregates(id, Namespace::SkuMeta)? {
             match k.as_slice() {
                 META_KEY => meta = codec::decode("sku task meta", &v)?,
+                WINDOW_META_KEY => window_meta = Some(codec::decode("sku task window meta", &v)?),
                 READ_TO_KEY => read_to = read_to.max(codec::decode("sku task read position", &v)?),
                 _ => {}
             }
         }
-        processor.restore_watermark(meta.max_event_ms);
+        for phase in &mut phases {
+            match (phase.kind, &window_meta) {
+                (PhaseKind::Stock, _) => {
+                    phase.applied = meta.applied.clone();
+                    phase.processor.restore_watermark(meta.max_event_ms);
+                }
+                (PhaseKind::Windows, Some(w)) => {
+                    phase.applied = w.applied.clone();
+                    phase.processor.restore_watermark(w.max_event_ms);
+                }
+                // State written by one processor of every rule: split the windows off it.
+                (PhaseKind::Windows, None) if stored.is_some() => {
+                    phase.split_off(store, id, &meta.applied, meta.max_event_ms)?
+                }
+                (PhaseKind::Windows, None) => {}
+            }
+        }
         let mut buffer = BTreeMap::new();
         for (k, v) in store.load_aggregates(id, Namespace::MergeBuffer)? {
             let key: BufferKey = codec::decode("merge buffer key", &k)?;
             // The versioned codec, or the JSON that versions before it wrote: rows buffered
             // before an upgrade are kept (see `Derived::decode`).
-            buffer.insert(key, Buffered { derived: Derived::decode(&v)?, offset: None });
+            let derived = Derived::decode(&v)?;
+            let early_done = early_applied(&phases, &derived);
+            buffer.insert(key, Buffered { derived, offset: None, early_done });
         }
         Ok(SkuTask {
             id,
             cfg,
-            processor,
+            phases,
             checkpoint,
             meta,
             buffer,
+            early_from: None,
             read_to,
             released: Vec::new(),
-            loaded: HashSet::new(),
             uncommitted: false,
             in_flight_keys: Vec::new(),
         })
     }
 
-    /// Reads a SKU's committed state and line rows on its first touch. Nothing about a SKU
-    /// not yet loaded can be staged in the open batch, so the committed rows are current.
-    fn load_sku<S: StateView + ?Sized>(&mut self, store: &S, sku: &str) -> Result<(), StateError> {
-        if self.loaded.contains(sku) {
-            return Ok(());
-        }
-        if let Some(v) = store.get_aggregate(self.id, Namespace::Sku, sku.as_bytes())? {
-            let state: SkuState = codec::decode("sku state", &v)?;
-            self.processor.restore(sku.to_string(), state);
-        }
-        for (k, v) in store.scan_aggregates(self.id, Namespace::SkuLines, &line_prefix(sku))? {
-            let (_, t) = decode_line_key(&k)?;
-            self.processor.restore_line(sku, t, codec::decode("sku line", &v)?);
-        }
-        self.loaded.insert(sku.to_string());
-        Ok(())
-    }
-
     /// Adds what the task holds in memory to `held` (see [`crate::engine::held`]).
     pub fn held(&self, held: &mut crate::engine::held::Held) {
-        let p = self.processor.held();
-        held.add("sku_states", p.skus);
-        held.add("sku_lines", p.lines);
-        held.add("sku_windows", p.windows);
-        held.add("sku_loaded", self.loaded.len());
+        for phase in &self.phases {
+            let p = phase.processor.held();
+            held.add("sku_states", p.skus);
+            held.add("sku_lines", p.lines);
+            held.add("sku_windows", p.windows);
+        }
+        held.add("sku_loaded", self.loaded_skus());
         held.add("merge_buffer", self.buffer.len());
     }
 
-    /// SKUs whose rows are in memory.
+    /// SKUs whose rows are in memory (summed over the phases).
     pub fn loaded_skus(&self) -> usize {
-        self.loaded.len()
+        self.phases.iter().map(Phase::loaded_skus).sum()
     }
 
     pub fn checkpoint(&self) -> &Checkpoint {
@@ -223,7 +247,8 @@ impl SkuTask {
                 let upstream = lt.upstream();
                 let Some(seq) = derived.seq() else { return true };
                 let key = (*lt, seq.1);
-                if self.meta.applied.get(&upstream).is_some_and(|a| *a >= seq) || self.buffer.contains_key(&key) {
+                let applied = self.phases.first().is_some_and(|p| p.has_applied(upstream, seq));
+                if applied || self.buffer.contains_key(&key) {
                     if !replay {
                         Stats::add(&stats.dedup_hits, 1);
                     }
@@ -235,25 +260,23 @@ impl SkuTask {
                 if !replay && self.meta.bounds.get(&upstream).is_some_and(|b| *lt < *b) {
                     Stats::add(&stats.broken_promises, 1);
                 }
-                self.buffer.insert(key, Buffered { derived, offset: Some(rec.offset) });
+                let early_done = early_applied(&self.phases, &derived);
+                if !early_done && self.early_from.is_some_and(|from| key < from) {
+                    self.early_from = Some(key);
+                }
+                self.buffer.insert(key, Buffered { derived, offset: Some(rec.offset), early_done });
             }
         }
         true
     }
 
-    /// The lowest promise over every upstream; `None` until each has spoken.
-    fn release_bound(&self) -> Option<LogicalTime> {
-        self.cfg
-            .upstreams
-            .iter()
-            .map(|u| self.meta.bounds.get(u).copied())
-            .collect::<Option<Vec<LogicalTime>>>()?
-            .into_iter()
-            .min()
-    }
-
     /// Step 2. New outbox rows are appended to `rows` for the dispatcher (after the commit),
     /// each beside this task's partition, whose outbox holds it.
+    ///
+    /// The window phase, if it runs ahead, applies the lines below its own bound first (they
+    /// stay buffered); then the first phase releases every record below its bound from the
+    /// buffer and applies it. The first phase's bound is never above the window phase's (it
+    /// waits for a superset of the upstreams), so every record it releases was seen by both.
     pub fn finish<S: StateView + ?Sized, W: StateWrite>(
         &mut self,
         store: &S,
@@ -263,47 +286,91 @@ impl SkuTask {
     ) -> Result<(), StateError> {
         self.uncommitted = false;
         let rows_from = rows.len();
-        if let Some(bound) = self.release_bound() {
-            // One wall-clock read per finish, for the merge's latency metric only.
-            let now_ms = if self.buffer.is_empty() { 0 } else { chrono::Utc::now().timestamp_millis() };
+        // One wall-clock read per finish, for the merge's latency metric only.
+        let now_ms = if self.buffer.is_empty() { 0 } else { chrono::Utc::now().timestamp_millis() };
+        if self.phases.len() > 1 {
+            self.run_ahead(store, batch, rows, stats, now_ms)?;
+        }
+        if let Some(bound) = self.phases.first().and_then(|p| p.bound(&self.meta.bounds)) {
+            let single = self.phases.len() == 1;
             while let Some(entry) = self.buffer.first_entry() {
                 if entry.key().0 >= bound {
                     break;
                 }
                 let (key, buffered) = entry.remove_entry();
-                crate::telemetry::events::merge_released(now_ms - key.0.append_ms);
+                if single {
+                    crate::telemetry::events::merge_released(now_ms - key.0.append_ms);
+                }
                 if buffered.offset.is_none() {
                     self.released.push(key);
                 }
-                self.apply(store, batch, &buffered.derived, rows, stats)?;
+                Stats::add(&stats.sku_inputs, 1);
+                if let Derived::Line { event_ms, .. } = &buffered.derived {
+                    if self.phases[0].processor.is_beyond_retention(*event_ms) {
+                        Stats::add(&stats.sku_late_lines, 1);
+                    }
+                }
+                let intents = self.phases[0].apply(store, self.id, &buffered.derived)?;
+                self.write_rows(store, batch, intents, rows, stats)?;
             }
         }
         for key in self.released.drain(..) {
             batch.delete_aggregate(self.id, Namespace::MergeBuffer, &codec::encode(&key)?);
         }
-        for d in self.processor.take_dirty() {
-            batch.put_aggregate(self.id, Namespace::Sku, d.sku.as_bytes(), &codec::encode(&d.core)?);
-            for (t, units) in d.lines {
-                let key = line_key(&d.sku, t);
-                match units {
-                    Some(u) => batch.put_aggregate(self.id, Namespace::SkuLines, &key, &codec::encode(&u)?),
-                    None => batch.delete_aggregate(self.id, Namespace::SkuLines, &key),
-                }
+        for (i, phase) in self.phases.iter_mut().enumerate() {
+            phase.stage(batch, self.id)?;
+            // The first phase's progress is the task's (what a replay skips).
+            if i == 0 {
+                self.meta.applied.clone_from(&phase.applied);
+                self.meta.max_event_ms = phase.processor.watermark_state();
+            }
+            if phase.kind == PhaseKind::Windows {
+                let w = WindowMeta { applied: phase.applied.clone(), max_event_ms: phase.processor.watermark_state() };
+                batch.put_aggregate(self.id, Namespace::SkuMeta, WINDOW_META_KEY, &codec::encode(&w)?);
             }
         }
-        for (sku, lines) in self.processor.expire() {
-            batch.delete_aggregate(self.id, Namespace::Sku, sku.as_bytes());
-            for t in lines {
-                batch.delete_aggregate(self.id, Namespace::SkuLines, &line_key(&sku, t));
-            }
-        }
-        self.meta.max_event_ms = self.processor.watermark_state();
         batch.put_aggregate(self.id, Namespace::SkuMeta, META_KEY, &codec::encode(&self.meta)?);
         self.read_to = self.read_to.max(self.checkpoint.next_offset);
         batch.put_aggregate(self.id, Namespace::SkuMeta, READ_TO_KEY, &codec::encode(&self.read_to)?);
         batch.put_checkpoint(self.id, &self.resume_checkpoint())?;
         self.in_flight_keys.clear();
         self.in_flight_keys.extend(rows[rows_from..].iter().filter(|(p, _)| *p == self.id).map(|(_, r)| r.key.clone()));
+        Ok(())
+    }
+
+    /// The window phase's step: applies, in logical-time order, the buffered lines below its
+    /// bound it has not applied yet, and leaves them in the buffer for the stock phase.
+    fn run_ahead<S: StateView + ?Sized, W: StateWrite>(
+        &mut self,
+        store: &S,
+        batch: &mut W,
+        rows: &mut Vec<(PartitionId, OutboxRow)>,
+        stats: &Stats,
+        now_ms: i64,
+    ) -> Result<(), StateError> {
+        let Some(bound) = self.phases.get(1).and_then(|p| p.bound(&self.meta.bounds)) else { return Ok(()) };
+        let from = self.early_from.map_or(Bound::Unbounded, Bound::Included);
+        let mut next = None;
+        let mut due: Vec<BufferKey> = Vec::new();
+        for (key, b) in self.buffer.range((from, Bound::Unbounded)) {
+            if key.0 >= bound {
+                next = Some(*key);
+                break;
+            }
+            if !b.early_done && self.phases[1].reads(&b.derived) {
+                due.push(*key);
+            }
+        }
+        for key in due {
+            let Some(b) = self.buffer.get_mut(&key) else { continue };
+            b.early_done = true;
+            crate::telemetry::events::merge_released(now_ms - key.0.append_ms);
+            let intents = self.phases[1].apply(store, self.id, &b.derived)?;
+            self.write_rows(store, batch, intents, rows, stats)?;
+        }
+        // Everything below `next` is done; with nothing at or above the bound, the next look
+        // starts after the last key.
+        self.early_from = next.or_else(|| self.buffer.keys().next_back().map(|k| (k.0, k.1.saturating_add(1))));
         Ok(())
     }
 
@@ -318,39 +385,17 @@ impl SkuTask {
         checkpoint
     }
 
-    fn apply<S: StateView + ?Sized, W: StateWrite>(
+    /// New action keys become outbox rows, staged in the commit batch; a key already pending
+    /// here, in the batch being written, or in the outbox is not written again.
+    fn write_rows<S: StateView + ?Sized, W: StateWrite>(
         &mut self,
         store: &S,
         batch: &mut W,
-        derived: &Derived,
+        intents: Vec<ActionIntent>,
         rows: &mut Vec<(PartitionId, OutboxRow)>,
         stats: &Stats,
     ) -> Result<(), StateError> {
-        let input = match derived {
-            Derived::Line { lt, idx, sku, placed, qty, event_ms, append_ms } => {
-                self.meta.applied.insert(lt.upstream(), (lt.offset, *idx));
-                SkuInput::Line {
-                    sku: sku.clone(),
-                    kind: if *placed { LineKind::Placed } else { LineKind::Cancelled },
-                    qty: *qty,
-                    event_time_ms: *event_ms,
-                    append_ms: *append_ms,
-                }
-            }
-            Derived::Snapshot { lt, sku, on_hand, as_of_ms, append_ms } => {
-                self.meta.applied.insert(lt.upstream(), (lt.offset, 0));
-                SkuInput::Snapshot { sku: sku.clone(), on_hand: *on_hand, as_of_ms: *as_of_ms, append_ms: *append_ms }
-            }
-            Derived::Mark { .. } => return Ok(()),
-        };
-        self.load_sku(store, input.sku())?;
-        Stats::add(&stats.sku_inputs, 1);
-        if let SkuInput::Line { event_time_ms, .. } = &input {
-            if self.processor.is_beyond_retention(*event_time_ms) {
-                Stats::add(&stats.sku_late_lines, 1);
-            }
-        }
-        for intent in self.processor.apply(&input) {
+        for intent in intents {
             let pending_here = rows.iter().any(|(_, r)| r.key == intent.key);
             let in_flight = self.in_flight_keys.contains(&intent.key);
             if pending_here || in_flight || store.outbox_get(self.id, &intent.key)?.is_some() {
@@ -381,34 +426,22 @@ impl SkuTask {
     }
 }
 
-/// `[sku length u16 BE][sku][event time ms, sign bit flipped, BE]`: one SKU's rows are
-/// contiguous and in time order.
-fn line_key(sku: &str, t: i64) -> Vec<u8> {
-    let mut k = line_prefix(sku);
-    k.extend_from_slice(&((t as u64) ^ (1 << 63)).to_be_bytes());
-    k
-}
-
-/// The part of [`line_key`] shared by every row of one SKU (and no other: it is
-/// length-prefixed).
-fn line_prefix(sku: &str) -> Vec<u8> {
-    let len = u16::try_from(sku.len()).unwrap_or(u16::MAX);
-    let mut k = Vec::with_capacity(2 + sku.len() + 8);
-    k.extend_from_slice(&len.to_be_bytes());
-    k.extend_from_slice(&sku.as_bytes()[..usize::from(len)]);
-    k
-}
-
-fn decode_line_key(k: &[u8]) -> Result<(String, i64), StateError> {
-    let bad = || StateError::Decode { what: "sku line key", detail: format!("{} bytes", k.len()) };
-    let len = usize::from(u16::from_be_bytes(k.get(..2).and_then(|b| b.try_into().ok()).ok_or_else(bad)?));
-    let sku = k.get(2..2 + len).ok_or_else(bad)?;
-    let t: [u8; 8] = k.get(2 + len..).and_then(|b| b.try_into().ok()).ok_or_else(bad)?;
-    Ok((String::from_utf8_lossy(sku).into_owned(), (u64::from_be_bytes(t) ^ (1 << 63)) as i64))
+/// Whether the window phase that runs ahead (the second phase, if any) applied this record
+/// already, or has nothing to do with it.
+fn early_applied(phases: &[Phase], derived: &Derived) -> bool {
+    let Some(early) = phases.get(1) else { return true };
+    if !early.reads(derived) {
+        return true;
+    }
+    match (derived, derived.seq()) {
+        (Derived::Line { lt, .. }, Some(seq)) => early.has_applied(lt.upstream(), seq),
+        _ => true,
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::sku_phase::{decode_line_key, line_key, line_prefix};
     use super::*;
     use tidemark_state::{MemStore, StateStore};
 
@@ -445,7 +478,13 @@ mod tests {
         SkuTaskConfig {
             topic: "rep".into(),
             upstreams: vec![(0, 0), (0, 1)],
-            rules: Vec::new(),
+            // One stock rule: the task runs the stock phase alone, which keeps line rows.
+            rules: vec![Rule {
+                id: "oversell".into(),
+                version: 1,
+                mode: RuleMode::Act,
+                kind: tidemark_topology::config::RuleKind::Oversell,
+            }],
             window: WindowPolicy { size_ms: MIN, allowed_lateness_ms: 0, grace_ms: 2 * MIN, retention_ms: 420 * MIN },
         }
     }
@@ -517,7 +556,11 @@ mod tests {
         commit(&mut restored, &store, &stats)?;
 
         assert_eq!(restored.buffered(), 0);
-        assert_eq!(restored.processor.state("SKU-1"), all_along.processor.state("SKU-1"), "the same SKU state");
+        assert_eq!(
+            restored.phases[0].processor.state("SKU-1"),
+            all_along.phases[0].processor.state("SKU-1"),
+            "the same SKU state"
+        );
         assert_eq!(restored.meta, all_along.meta, "the same bookkeeping");
         for (what, got, want) in [
             ("applied", Stats::get(&stats.sku_inputs), Stats::get(&never_stats.sku_inputs)),
@@ -651,8 +694,12 @@ mod tests {
         assert_eq!(*reads.1.borrow().last().expect("read"), (Namespace::SkuLines, line_prefix("SKU-1")));
         assert_eq!(per_key(&reads), 2, "one state read and one line scan");
         run(&mut all_along, &store, &second, 5)?;
-        assert_eq!(restored.processor.state("SKU-1"), all_along.processor.state("SKU-1"), "the same state");
-        assert!(restored.processor.state("SKU-2").is_none());
+        assert_eq!(
+            restored.phases[0].processor.state("SKU-1"),
+            all_along.phases[0].processor.state("SKU-1"),
+            "the same state"
+        );
+        assert!(restored.phases[0].processor.state("SKU-2").is_none());
         Ok(())
     }
 

@@ -115,6 +115,9 @@ pub enum Namespace {
     /// The latest partial of every source partition per combined key, and the combine
     /// task's record of each orders partition's progress.
     Combine = 7,
+    /// Per-SKU window counts and fired window rules of the rules that read no stock, which
+    /// a SKU task applies ahead of the stock rules (no line rows: they read no stock).
+    SkuWindows = 8,
 }
 
 #[cfg(test)]

@@ -103,6 +103,9 @@ pub struct SkuProcessor {
     policy: WindowPolicy,
     /// Whether any rule reads per-window counts.
     keeps_windows: bool,
+    /// Whether any rule reads the stock: only then are lines counted against snapshots and
+    /// snapshots applied (a processor of window rules alone keeps neither).
+    tracks_stock: bool,
     /// The most windows before the current one any rule reads (velocity baselines,
     /// expression rules' `preceding_windows`).
     baseline_reach: u32,
@@ -117,12 +120,14 @@ pub struct SkuProcessor {
 impl SkuProcessor {
     pub fn new(rules: Vec<Rule>, window: WindowPolicy) -> Self {
         let baselines: Vec<u32> = rules.iter().filter_map(Rule::window_reach).collect();
+        let tracks_stock = rules.iter().any(Rule::reads_stock);
         // A non-positive size would make window arithmetic divide by zero; config forbids it.
         let policy = WindowPolicy { size_ms: window.size_ms.max(1), ..window };
         SkuProcessor {
             rules,
             policy,
             keeps_windows: !baselines.is_empty(),
+            tracks_stock,
             baseline_reach: baselines.into_iter().max().unwrap_or(0),
             watermark: Watermark::default(),
             skus: BTreeMap::new(),
@@ -152,13 +157,17 @@ impl SkuProcessor {
         let policy = self.policy;
         let reach = self.window_reach_start();
         let clock = self.clock();
+        let tracks_stock = self.tracks_stock;
         let state = self.skus.entry(sku.to_string()).or_default();
-        let mut changed = state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
-        let units = match kind {
-            LineKind::Placed => Units { placed: u64::from(qty), cancelled: 0 },
-            LineKind::Cancelled => Units { placed: 0, cancelled: u64::from(qty) },
-        };
-        changed |= state.add_line(t, units);
+        let mut changed = false;
+        if tracks_stock {
+            changed |= state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
+            let units = match kind {
+                LineKind::Placed => Units { placed: u64::from(qty), cancelled: 0 },
+                LineKind::Cancelled => Units { placed: 0, cancelled: u64::from(qty) },
+            };
+            changed |= state.add_line(t, units);
+        }
         let mut open = None;
         let start_ms = window_start(t, policy.size_ms);
         if kind == LineKind::Placed && self.keeps_windows && reach.is_none_or(|r| start_ms >= r) {
@@ -179,6 +188,9 @@ impl SkuProcessor {
     }
 
     fn apply_snapshot(&mut self, sku: &str, stock: Stock, append_ms: i64) -> Vec<ActionIntent> {
+        if !self.tracks_stock {
+            return Vec::new();
+        }
         let current = self.skus.get(sku).and_then(SkuState::stock);
         if current.is_some_and(|cur| stock.as_of_ms <= cur.as_of_ms) {
             return Vec::new();
@@ -249,6 +261,22 @@ impl SkuProcessor {
             self.dirty.remove(&sku);
         }
         self.skus.insert(sku, state);
+    }
+
+    /// Takes over a SKU's state built elsewhere (a state split off another processor's, see
+    /// [`SkuState::window_part`]): it is persisted at the next [`Self::take_dirty`].
+    pub fn adopt(&mut self, sku: String, state: SkuState) {
+        self.expired_at = None;
+        if state.is_empty() {
+            return;
+        }
+        self.dirty.insert(sku.clone());
+        self.skus.insert(sku, state);
+    }
+
+    /// Whether any rule reads the stock (see [`Rule::reads_stock`]).
+    pub fn tracks_stock(&self) -> bool {
+        self.tracks_stock
     }
 
     /// Loads one persisted line row of a SKU.

@@ -122,6 +122,13 @@ impl SkuState {
         }
     }
 
+    /// Only what window rules read: the window counts and which window rules fired. The
+    /// state a processor of window rules alone starts from when it is split off a processor
+    /// that held every rule (a task restored from state written before the split).
+    pub fn window_part(&self) -> SkuState {
+        SkuState { windows: self.windows.clone(), window_fired: self.window_fired.clone(), ..SkuState::default() }
+    }
+
     /// The line rows to write (`Some`) or delete (`None`) since the last call.
     pub fn take_line_changes(&mut self) -> Vec<(i64, Option<Units>)> {
         std::mem::take(&mut self.touched).into_iter().map(|t| (t, self.lines.get(&t).copied())).collect()

@@ -556,15 +556,25 @@ fn a_snapshot_inside_the_folded_span_keeps_every_folded_line_counting_whether_or
 
 #[test]
 fn expire_also_prunes_state_restored_after_it_last_ran() {
-    let mut old = Driver::new(vec![velocity(1000, 1, 15)]);
+    // A stock rule beside the window rule: the processor keeps line rows (which expire too).
+    let mut old = Driver::new(vec![oversell(), velocity(1000, 1, 15)]);
     old.feed(&[line("SKU-A", LineKind::Placed, 2, T0)]);
 
-    let mut d = Driver::new(vec![velocity(1000, 1, 15)]);
+    let mut d = Driver::new(vec![oversell(), velocity(1000, 1, 15)]);
     d.feed(&[line("SKU-C", LineKind::Placed, 1, T0 + 8 * HOUR)]);
     assert!(d.p.expire().is_empty());
     transplant(&mut old.p, &mut d.p);
     assert_eq!(d.p.expire(), [("SKU-A".to_string(), vec![T0])], "same watermark, but new state to look at");
     assert!(d.p.expire().is_empty());
+}
+
+#[test]
+fn a_processor_of_window_rules_alone_keeps_no_lines_and_ignores_snapshots() {
+    let mut d = Driver::new(vec![velocity(5, 1, 15)]);
+    let out = d.feed(&[snapshot(1, T0 - SEC), placed(9, T0 + SEC), cancelled(2, T0 + 2 * SEC)]);
+    assert_eq!(keys(&out), ["velocity_spike:v1:SKU-1:window:2026-11-28T00:00:00.000Z"]);
+    let state = d.p.state(SKU).expect("window counts");
+    assert_eq!((state.stock(), state.exact_line_count(), state.window_units(T0)), (None, 0, 9));
 }
 
 #[test]
