@@ -192,7 +192,7 @@ pub fn run(args: MicrobatchArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result
             if !side_outputs {
                 out.retain(|r| matches!(r.sink, Sink::Dashboard | Sink::Finance));
             }
-            sink.send_all(out)?;
+            sink.send_all(out, 0)?;
             failpoint::hit("microbatch.before_flush");
             sink.flush(&|| progress.beat())
         })?;

@@ -3,8 +3,9 @@
 //! and offsets (one `WriteBatch`, fsync) and hands the new rows to the dispatcher.
 //!
 //! Two rules keep it as safe as a synchronous commit:
-//! - a batch's state is written only after every output produced so far is acknowledged
-//!   (the flush waits for all records in flight, which include the batch's own);
+//! - a batch's state is written only after every output of it and of the batches before it
+//!   is acknowledged (records carry their batch's number; the next batch's outputs may be
+//!   in flight already, sent while this one is written);
 //! - at most one batch is in flight, and the stream thread waits for it before it finishes
 //!   the next one, so the reads a finish makes (dedup lookups, outbox rows) see every
 //!   earlier commit. Ingesting (parsing, windowing in memory) never reads the store.
@@ -33,6 +34,8 @@ use crate::telemetry::Progress;
 
 /// One finished batch: its outputs are already queued in the producer.
 pub struct Job {
+    /// The number its outputs were sent with ([`crate::kafka::sink::Batch`]).
+    pub seq: crate::kafka::sink::Batch,
     pub batch: StagedBatch,
     /// New outbox rows, each beside the SKU partition whose outbox holds it.
     pub rows: Vec<(PartitionId, OutboxRow)>,
@@ -129,7 +132,7 @@ fn commit(shared: &Shared, job: Job) -> anyhow::Result<bool> {
     failpoint::hit("commit.before_outputs_flushed");
     let progress = Arc::clone(&shared.progress);
     let flushing = Instant::now();
-    shared.sink.flush(&move || progress.beat())?;
+    shared.sink.flush_through(job.seq, &move || progress.beat())?;
     shared.latencies.outputs.record(flushing.elapsed().as_secs_f64());
     failpoint::hit("commit.after_outputs_before_state");
     if job.batch.is_empty() {

@@ -123,6 +123,8 @@ struct Runner {
     committer: Committer,
     /// Partitions of the batch in flight: next offset, dedup horizon once durable.
     in_flight: Vec<Finished>,
+    /// The number of the last batch whose outputs were sent (see [`crate::kafka::sink::Batch`]).
+    sent_seq: crate::kafka::sink::Batch,
     tasks: TaskSet,
     out: Vec<OutputRecord>,
     rows: Vec<(PartitionId, OutboxRow)>,
@@ -416,6 +418,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         sink,
         committer,
         in_flight: Vec::new(),
+        sent_seq: 0,
         tasks,
         out: Vec::new(),
         rows: Vec::new(),
@@ -725,11 +728,13 @@ impl Runner {
     ///    batch before: the tasks remember what that batch wrote that they would read back
     ///    (its dedup ids, its outbox keys), and nothing else they read from the store is in it;
     /// 2. upstream tasks emit their progress marks (SKU merge and combine expiry);
-    /// 3. the batch before is waited for (batches become durable in order);
-    /// 4. every output record is queued in the producer;
-    /// 5. on the commit thread ([`committer`]): every output is acknowledged by the broker,
-    ///    then the batch is written with fsync (state, outbox rows and input offsets move
-    ///    together) and the new outbox rows go to the dispatcher;
+    /// 3. every output record is queued in the producer, numbered with the batch: they go
+    ///    out while the batch before is still being written (a line reaches its SKU task a
+    ///    write earlier), and a crash before that write replays them anyway;
+    /// 4. the batch before is waited for (batches become durable in order);
+    /// 5. on the commit thread ([`committer`]): every output of this batch and the ones before
+    ///    is acknowledged by the broker, then the batch is written with fsync (state, outbox
+    ///    rows and input offsets move together) and the new outbox rows go to the dispatcher;
     /// 6. at the next commit, the group's committed offsets follow (for lag tools; tidemark
     ///    never reads them).
     ///
@@ -749,17 +754,22 @@ impl Runner {
             self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.opts.stats)?;
         self.marks(consumer);
         self.latencies.finish.record(finishing.elapsed().as_secs_f64());
-        // This batch's outputs go out, and its state is written, only once the one before it is
-        // durable: batches become durable in order, each after its own outputs.
+        let sent = !self.out.is_empty();
+        if sent {
+            let producing = Instant::now();
+            self.sent_seq = self.sent_seq.wrapping_add(1);
+            Stats::add(&self.opts.stats.outputs, self.out.len() as u64);
+            self.sink.send_all(&mut self.out, self.sent_seq)?;
+            self.latencies.produce.record(producing.elapsed().as_secs_f64());
+        }
+        // This batch's state is written only once the one before it is durable: batches
+        // become durable in order, each after its own outputs (and those before them).
         self.complete(consumer)?;
-        if batch.is_empty() && self.out.is_empty() {
+        if batch.is_empty() && !sent {
             return Ok(());
         }
-        let producing = Instant::now();
-        Stats::add(&self.opts.stats.outputs, self.out.len() as u64);
-        self.sink.send_all(&mut self.out)?;
-        self.latencies.produce.record(producing.elapsed().as_secs_f64());
         self.committer.submit(Job {
+            seq: self.sent_seq,
             batch: batch.stage(),
             rows: std::mem::take(&mut self.rows),
             consumed_since: self.batch_started.take(),
