@@ -75,6 +75,27 @@ impl<'de> Deserialize<'de> for Legacy {
 }
 
 impl Derived {
+    /// The SKU processor's input for a line or a snapshot; `None` for a mark.
+    pub fn sku_input(&self) -> Option<tidemark_topology::sku::SkuInput> {
+        use tidemark_topology::sku::{LineKind, SkuInput};
+        match self {
+            Derived::Line { sku, placed, qty, event_ms, append_ms, .. } => Some(SkuInput::Line {
+                sku: sku.clone(),
+                kind: if *placed { LineKind::Placed } else { LineKind::Cancelled },
+                qty: *qty,
+                event_time_ms: *event_ms,
+                append_ms: *append_ms,
+            }),
+            Derived::Snapshot { sku, on_hand, as_of_ms, append_ms, .. } => Some(SkuInput::Snapshot {
+                sku: sku.clone(),
+                on_hand: *on_hand,
+                as_of_ms: *as_of_ms,
+                append_ms: *append_ms,
+            }),
+            Derived::Mark { .. } => None,
+        }
+    }
+
     /// The versioned codec encoding. Plain data with no maps or unsized sequences: bincode
     /// cannot fail on it (`every_kind_of_record_encodes` checks each variant), so no error.
     pub fn encode(&self) -> Vec<u8> {

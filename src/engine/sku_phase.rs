@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashSet};
 use tidemark_state::{codec, Namespace, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::config::Rule;
 use tidemark_topology::logical::LogicalTime;
-use tidemark_topology::sku::{ActionIntent, LineKind, SkuInput, SkuProcessor, SkuState};
+use tidemark_topology::sku::{ActionIntent, SkuProcessor, SkuState};
 use tidemark_topology::window::WindowPolicy;
 
 use super::derive::Derived;
@@ -156,26 +156,19 @@ impl Phase {
         id: PartitionId,
         derived: &Derived,
     ) -> Result<Vec<ActionIntent>, StateError> {
-        let input = match derived {
-            Derived::Line { lt, idx, sku, placed, qty, event_ms, append_ms } => {
+        match derived {
+            Derived::Line { lt, idx, .. } => {
                 self.applied.insert(lt.upstream(), (lt.offset, *idx));
-                SkuInput::Line {
-                    sku: sku.clone(),
-                    kind: if *placed { LineKind::Placed } else { LineKind::Cancelled },
-                    qty: *qty,
-                    event_time_ms: *event_ms,
-                    append_ms: *append_ms,
-                }
             }
-            Derived::Snapshot { lt, sku, on_hand, as_of_ms, append_ms } => {
+            Derived::Snapshot { lt, .. } => {
                 self.applied.insert(lt.upstream(), (lt.offset, 0));
                 if !self.processor.tracks_stock() {
                     return Ok(Vec::new());
                 }
-                SkuInput::Snapshot { sku: sku.clone(), on_hand: *on_hand, as_of_ms: *as_of_ms, append_ms: *append_ms }
             }
-            Derived::Mark { .. } => return Ok(Vec::new()),
-        };
+            Derived::Mark { .. } => {}
+        }
+        let Some(input) = derived.sku_input() else { return Ok(Vec::new()) };
         self.load_sku(store, id, input.sku())?;
         Ok(self.processor.apply(&input))
     }

@@ -11,7 +11,7 @@ use rust_decimal::Decimal;
 use tidemark_state::{MemStore, PartitionId, StateError, StateStore, StateView};
 use tidemark_topology::config::{Rule, RuleKind, RuleMode};
 use tidemark_topology::logical::LogicalTime;
-use tidemark_topology::sku::{LineKind, SkuInput, SkuProcessor};
+use tidemark_topology::sku::SkuProcessor;
 use tidemark_topology::window::WindowPolicy;
 
 use super::derive::Derived;
@@ -99,19 +99,7 @@ fn single_merge(logs: &[Vec<Derived>]) -> BTreeMap<String, Vec<u8>> {
     let mut p = SkuProcessor::new(rules(), policy());
     let mut out = BTreeMap::new();
     for (_, _, d) in all {
-        let input = match d {
-            Derived::Line { sku, placed, qty, event_ms, append_ms, .. } => SkuInput::Line {
-                sku: sku.clone(),
-                kind: if *placed { LineKind::Placed } else { LineKind::Cancelled },
-                qty: *qty,
-                event_time_ms: *event_ms,
-                append_ms: *append_ms,
-            },
-            Derived::Snapshot { sku, on_hand, as_of_ms, append_ms, .. } => {
-                SkuInput::Snapshot { sku: sku.clone(), on_hand: *on_hand, as_of_ms: *as_of_ms, append_ms: *append_ms }
-            }
-            Derived::Mark { .. } => continue,
-        };
+        let Some(input) = d.sku_input() else { continue };
         for intent in p.apply(&input) {
             out.entry(intent.key.clone()).or_insert_with(|| intent.payload_json());
         }
@@ -287,22 +275,7 @@ fn a_task_restored_from_the_state_of_one_merge_of_everything_goes_on_as_that_mer
         let mut applied = BTreeMap::new();
         for (lt, idx, d) in &data[..data.len() / 2] {
             applied.insert(lt.upstream(), (lt.offset, *idx));
-            let input = match d {
-                Derived::Line { sku, placed, qty, event_ms, append_ms, .. } => SkuInput::Line {
-                    sku: sku.clone(),
-                    kind: if *placed { LineKind::Placed } else { LineKind::Cancelled },
-                    qty: *qty,
-                    event_time_ms: *event_ms,
-                    append_ms: *append_ms,
-                },
-                Derived::Snapshot { sku, on_hand, as_of_ms, append_ms, .. } => SkuInput::Snapshot {
-                    sku: sku.clone(),
-                    on_hand: *on_hand,
-                    as_of_ms: *as_of_ms,
-                    append_ms: *append_ms,
-                },
-                Derived::Mark { .. } => continue,
-            };
+            let Some(input) = d.sku_input() else { continue };
             p.apply(&input);
         }
         let (store, id) = (MemStore::new(), PartitionId::sku(0));
