@@ -14,8 +14,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt as _;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::path::Path as Key;
-use object_store::{ClientOptions, ObjectMeta, ObjectStore, ObjectStoreExt as _, PutPayload, RetryConfig};
+use object_store::{ClientConfigKey, ObjectMeta, ObjectStore, ObjectStoreExt as _, PutPayload, RetryConfig};
 
 use super::error::{Op, SnapshotError};
 
@@ -62,32 +65,33 @@ impl Bucket {
                 let prefix = Key::from_url_path(url.path()).map_err(|e| config(e.to_string()))?;
                 let retry =
                     RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..Default::default() };
-                let client = ClientOptions::new().with_timeout(REQUEST_TIMEOUT).with_connect_timeout(CONNECT_TIMEOUT);
+                // Set key by key: `with_client_options` would drop what the environment set
+                // (AWS_ALLOW_HTTP, proxies).
+                let timeouts =
+                    [(ClientConfigKey::Timeout, REQUEST_TIMEOUT), (ClientConfigKey::ConnectTimeout, CONNECT_TIMEOUT)]
+                        .map(|(k, d)| (k, format!("{}s", d.as_secs())));
                 let store: Arc<dyn ObjectStore> = match url.scheme() {
-                    "s3" | "s3a" => Arc::new(
-                        object_store::aws::AmazonS3Builder::from_env()
-                            .with_url(location)
-                            .with_retry(retry)
-                            .with_client_options(client)
-                            .build()
-                            .map_err(|e| config(e.to_string()))?,
-                    ),
-                    "gs" => Arc::new(
-                        object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                            .with_url(location)
-                            .with_retry(retry)
-                            .with_client_options(client)
-                            .build()
-                            .map_err(|e| config(e.to_string()))?,
-                    ),
-                    "az" | "azure" | "abfs" | "abfss" => Arc::new(
-                        object_store::azure::MicrosoftAzureBuilder::from_env()
-                            .with_url(location)
-                            .with_retry(retry)
-                            .with_client_options(client)
-                            .build()
-                            .map_err(|e| config(e.to_string()))?,
-                    ),
+                    "s3" | "s3a" => {
+                        let mut b = AmazonS3Builder::from_env().with_url(location).with_retry(retry);
+                        for (k, v) in &timeouts {
+                            b = b.with_config(AmazonS3ConfigKey::Client(*k), v);
+                        }
+                        Arc::new(b.build().map_err(|e| config(e.to_string()))?)
+                    }
+                    "gs" => {
+                        let mut b = GoogleCloudStorageBuilder::from_env().with_url(location).with_retry(retry);
+                        for (k, v) in &timeouts {
+                            b = b.with_config(GoogleConfigKey::Client(*k), v);
+                        }
+                        Arc::new(b.build().map_err(|e| config(e.to_string()))?)
+                    }
+                    "az" | "azure" | "abfs" | "abfss" => {
+                        let mut b = MicrosoftAzureBuilder::from_env().with_url(location).with_retry(retry);
+                        for (k, v) in &timeouts {
+                            b = b.with_config(AzureConfigKey::Client(*k), v);
+                        }
+                        Arc::new(b.build().map_err(|e| config(e.to_string()))?)
+                    }
                     "file" => {
                         let dir = url.to_file_path().map_err(|()| config("not a local path".into()))?;
                         return Self::directory(&dir, location);
