@@ -13,6 +13,9 @@ use super::store::staging;
 use super::SnapshotConfig;
 use crate::telemetry;
 
+/// Store failures in a row after which a round gives up on its other partitions.
+const STORE_DOWN_AFTER: usize = 2;
+
 /// Who exports, under which configuration.
 pub struct Exporter {
     pub cfg: SnapshotConfig,
@@ -77,7 +80,9 @@ impl Exporter {
     /// Exports `ids` from one consistent point, calling `beat` before each; `committed`
     /// gives each one's last committed offset when known. Failures are logged and counted
     /// in the result and in `tidemark_snapshot_failures_total`: the previous snapshot of such
-    /// a partition stays, and the next round tries again.
+    /// a partition stays, and the next round tries again. After [`STORE_DOWN_AFTER`] store
+    /// failures in a row the rest of the round is skipped (counted as failed): each request
+    /// to a store that is down waits for its retries, and a hand-over holds a rebalance.
     pub fn export_all(
         &self,
         store: &Store,
@@ -87,24 +92,38 @@ impl Exporter {
     ) -> Round {
         let point = store.consistent_point();
         let mut round = Round::default();
+        let (mut in_a_row, mut skipped) = (0, 0);
         for id in ids {
             beat();
+            if in_a_row >= STORE_DOWN_AFTER {
+                skipped += 1;
+                continue;
+            }
             match self.export_one(store, &point, id, committed(id)) {
                 Ok(Some(bytes)) => {
+                    in_a_row = 0;
                     round.published += 1;
                     round.bytes += bytes;
                     round.current.push(id);
                 }
                 Ok(None) => {
+                    in_a_row = 0;
                     round.unchanged += 1;
                     round.current.push(id);
                 }
                 Err(e) => {
                     round.failed += 1;
+                    if matches!(e, SnapshotError::Store { .. }) {
+                        in_a_row += 1;
+                    }
                     telemetry::snapshots::failed(e.op(Op::Export));
                     warn!(partition = %id, error = %e, "snapshot failed; the previous one stays");
                 }
             }
+        }
+        if skipped > 0 {
+            round.failed += skipped;
+            warn!(skipped, "snapshot store failing: the round's other partitions are tried again next round");
         }
         telemetry::snapshots::uploaded(round.bytes);
         round
