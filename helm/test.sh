@@ -186,8 +186,8 @@ template_fails_with() {
   if out="$("$HELM" template tidemark "$CHART" --namespace "$NAMESPACE" "${KV[@]}" "$@" 2>&1)"; then echo "accepted: $*"; return 1; fi
   grep -qF "$msg" <<<"$out" || { echo "$out"; return 1; }
 }
-check "snapshots.enabled without existingClaim fails, naming snapshots.existingClaim" \
-  template_fails_with "snapshots.enabled needs snapshots.existingClaim: the name of an existing ReadWriteMany PersistentVolumeClaim" \
+check "snapshots.enabled without url or existingClaim fails, naming both" \
+  template_fails_with "snapshots.enabled needs snapshots.url (a bucket) or snapshots.existingClaim: the name of an existing ReadWriteMany PersistentVolumeClaim" \
   --set snapshots.enabled=true
 check "staticAssignment=yes fails in the template too (schema skipped), naming auto, true or false" \
   template_fails_with "staticAssignment must be auto, true or false" --skip-schema-validation --set staticAssignment=yes
@@ -213,6 +213,11 @@ check "helm template (ci-values.yaml, finance close without timeZone)" render "$
 SNAPV="$WORK/snapshots-values.yaml"; SNAP="$WORK/snapshots.yaml"
 printf 'snapshots:\n  enabled: true\n  existingClaim: tidemark-snapshots\n  interval: 1h30m\nprometheusRule:\n  enabled: true\n' >"$SNAPV"
 check "helm template (default values + snapshots, interval 1h30m)" render "$SNAP" -f "$SNAPV"
+# Snapshots in a bucket: the URL as --snapshot-dir, no claim, the credentials Secret as envFrom.
+S3V="$WORK/snapshots-s3-values.yaml"; S3="$WORK/snapshots-s3.yaml"
+printf 'snapshots:\n  enabled: true\n  url: s3://tidemark-snapshots/orders\n  s3:\n    existingSecret: tidemark-s3\nprometheusRule:\n  enabled: true\n' >"$S3V"
+check "helm template (default values + snapshots in s3://)" render "$S3" -f "$S3V"
+check "schema rejects snapshots.url=bucket (not a URL of s3, gs or az)" lint_rejects --set snapshots.url=bucket
 # Partition assignment: staticAssignment true with snapshots (static although auto would not
 # be), and false without snapshots (group-managed, rebuilt from the log).
 SNAPSTATV="$WORK/snapshots-static-values.yaml"; SNAPSTAT="$WORK/snapshots-static.yaml"
@@ -232,6 +237,7 @@ check "kubeconform -strict (default values)" kc "$DEF"
 check "kubeconform -strict (ci-values.yaml, incl. ServiceMonitor/PrometheusRule, micro-batch, finance close)" kc "$CI"
 check "kubeconform -strict (finance close without timeZone)" kc "$UTC"
 check "kubeconform -strict (default values + snapshots)" kc "$SNAP"
+check "kubeconform -strict (default values + snapshots in s3://)" kc "$S3"
 check "kubeconform -strict (staticAssignment true + snapshots; false without)" kc "$SNAPSTAT" "$GROUP"
 check "kubeconform -strict (default values + standbys all)" kc "$STBY"
 sed 's/^  podManagementPolicy:/  podManagmentPolicy:/' "$CI" > "$WORK/typo.yaml"
@@ -242,6 +248,8 @@ check "chart contract (ci-values.yaml)" python3 "$HERE/tools/check_chart.py" ren
 check "chart contract (finance close without timeZone)" python3 "$HERE/tools/check_chart.py" rendered "$UTC" "$CHART/values.yaml" "$CIV" "$UTCV"
 check "chart contract (snapshots: --snapshot-* args, the claim mounted, stale alert at 16200 s)" \
   python3 "$HERE/tools/check_chart.py" rendered "$SNAP" "$CHART/values.yaml" "$SNAPV"
+check "chart contract (snapshots in s3://: the URL, no claim, the Secret as envFrom)" \
+  python3 "$HERE/tools/check_chart.py" rendered "$S3" "$CHART/values.yaml" "$S3V"
 check "chart contract (snapshots, staticAssignment true)" \
   python3 "$HERE/tools/check_chart.py" rendered "$SNAPSTAT" "$CHART/values.yaml" "$SNAPV" "$SNAPSTATV"
 check "chart contract (staticAssignment false, no snapshots)" \

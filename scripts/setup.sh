@@ -14,7 +14,17 @@
 # by LIBCLANG_PATH, `llvm-config --libdir`, then a glob over /usr/lib*, /usr/local/lib* and
 # /usr/local/llvm*/lib* for `libclang.so`, `libclang-*.so`, `libclang.so.*`, `libclang-*.so.*`
 # — skipping `libclang-cpp*`, the C++ library Debian ships without libclang-dev.
+#
+# The S3 gateway of the object-store snapshot tests (tests/snapshots_s3.rs), versitygw, is
+# built from the Go module proxy into $TIDEMARK_CACHE/bin (a Go toolchain is a prerequisite
+# for it); it is found there by its embedded module version.
 set -euo pipefail
+
+VERSITYGW_MODULE=github.com/versity/versitygw
+VERSITYGW_VERSION=v1.8.0
+VERSITYGW_BIN="${TIDEMARK_CACHE:-$HOME/.cache/tidemark}/bin/versitygw"
+# The toolchain's usual home when it is not on PATH.
+[ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"
 
 MODE=install
 ROOT=""
@@ -104,6 +114,13 @@ run_checks() {
       if cargo "${comp/rustfmt/fmt}" --version >/dev/null 2>&1; then report found "$comp" rustup "cargo ${comp/rustfmt/fmt} --version answers"
       else report missing "$comp" rustup "cargo ${comp/rustfmt/fmt} does not run: rustup component add $comp"; MISSING+=("component:$comp"); fi
     done
+    check_cmd go golang-go go
+    if [ -x "$VERSITYGW_BIN" ] && command -v go >/dev/null 2>&1 \
+        && go version -m "$VERSITYGW_BIN" 2>/dev/null | grep -q "mod[[:space:]]*$VERSITYGW_MODULE[[:space:]]*$VERSITYGW_VERSION"; then
+      report found versitygw "go install" "$VERSITYGW_BIN is $VERSITYGW_MODULE $VERSITYGW_VERSION"
+    else
+      report missing versitygw "go install" "no $VERSITYGW_BIN built from $VERSITYGW_MODULE $VERSITYGW_VERSION"; MISSING+=(versitygw)
+    fi
   fi
 }
 
@@ -118,7 +135,7 @@ if [ ${#MISSING[@]} -gt 0 ]; then
   apt_pkgs=()
   for p in "${MISSING[@]}"; do
     case "$p" in
-      rustup) ;;
+      rustup|versitygw) ;;
       component:*) rustup component add "${p#component:}" >&2 ;;
       *) apt_pkgs+=("$p") ;;
     esac
@@ -130,6 +147,13 @@ if [ ${#MISSING[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
+  fi
+  if printf '%s\n' "${MISSING[@]}" | grep -qx versitygw; then
+    echo "[setup] building versitygw $VERSITYGW_VERSION into $(dirname "$VERSITYGW_BIN")" >&2
+    mkdir -p "$(dirname "$VERSITYGW_BIN")"
+    # GOTOOLCHAIN=auto: an older Debian Go fetches the toolchain the module asks for.
+    GOBIN="$(dirname "$VERSITYGW_BIN")" GOTOOLCHAIN=auto GOFLAGS=-mod=mod \
+      go install "$VERSITYGW_MODULE/cmd/versitygw@$VERSITYGW_VERSION" >&2
   fi
   run_checks
   if [ ${#MISSING[@]} -gt 0 ]; then

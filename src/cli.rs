@@ -255,13 +255,15 @@ pub struct RunArgs {
     /// log agree only because the timestamps are stored. Without it, start is refused.
     #[arg(long)]
     pub allow_create_time: bool,
-    /// Keep a snapshot of every owned partition's state in this directory, shared by all
-    /// pods (a ReadWriteMany volume). A partition assigned to a pod that holds no newer state
-    /// for it (a new pod, a moved partition, a wiped volume) is restored from its newest
-    /// snapshot and replays only the log after it. Off when not given (docs/operations.md,
-    /// "Snapshots").
+    /// Keep a snapshot of every owned partition's state here, shared by all pods: a bucket
+    /// URL (`s3://bucket/prefix`, `gs://…`, `az://…`; credentials and endpoint from the
+    /// environment, e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+    /// AWS_ENDPOINT_URL) or a directory (a ReadWriteMany volume). A partition assigned to a
+    /// pod that holds no newer state for it (a new pod, a moved partition, a wiped volume) is
+    /// restored from its newest snapshot and replays only the log after it. Off when not
+    /// given (docs/operations.md, "Snapshots").
     #[arg(long, env = "TIDEMARK_SNAPSHOT_DIR")]
-    pub snapshot_dir: Option<PathBuf>,
+    pub snapshot_dir: Option<String>,
     /// How often each owned partition that moved is exported (humantime, e.g. `5m`); a
     /// final round follows the last commit on SIGTERM. Each round rewrites a moved
     /// partition's whole state.

@@ -12,8 +12,8 @@
 //! - [`failpoint`]: env-activated crash points for the chaos suite.
 //! - [`scratch`]: throwaway store directories (batch dedup, shadow replays), locked while in
 //!   use; the sweep of those a killed run left in `TMPDIR`.
-//! - [`snapshot`]: per-partition state snapshots in a shared directory, and the restore of
-//!   a moved or lost partition from them.
+//! - [`snapshot`]: per-partition state snapshots in object storage or a shared directory, and
+//!   the restore of a moved or lost partition from them.
 //! - [`standby`]: standby tasks (`run --standbys all`): warm copies of the partitions other
 //!   processes own, replayed from the log without side effects, promoted on assignment.
 //! - [`signal`]: graceful stop on SIGTERM/SIGINT (a second signal exits at once).

@@ -270,21 +270,32 @@ def snapshots(values, by_kind, sts):
     args = c.get("args", [])
     arg = lambda flag: args[args.index(flag) + 1] if flag in args else None
     flags = ("--snapshot-dir", "--snapshot-interval", "--snapshot-keep")
+    url = snap.get("url") or ""
+    secret = (snap.get("s3") or {}).get("existingSecret") or ""
+    env_from = [e.get("secretRef", {}).get("name") for e in c.get("envFrom", [])]
     if on:
-        check(arg("--snapshot-dir") == snap["mountPath"], f"--snapshot-dir {snap['mountPath']} (got {arg('--snapshot-dir')})")
+        want_dir = url or snap["mountPath"]
+        check(arg("--snapshot-dir") == want_dir, f"--snapshot-dir {want_dir} (got {arg('--snapshot-dir')})")
         check(arg("--snapshot-interval") == str(snap["interval"]), "--snapshot-interval from snapshots.interval")
         check(arg("--snapshot-keep") == str(snap["keep"]), "--snapshot-keep from snapshots.keep")
-        mount = [m for m in c.get("volumeMounts", []) if m["mountPath"] == snap["mountPath"]]
-        check(len(mount) == 1 and not mount[0].get("readOnly"), f"snapshot volume mounted writable at {snap['mountPath']}")
+        check((secret in env_from) if secret else not env_from,
+              "the snapshot store's Secret (snapshots.s3.existingSecret) as envFrom exactly when set")
         vols = {v["name"]: v for v in pod.get("volumes", [])}
-        vol = vols.get(mount[0]["name"], {}) if mount else {}
-        check(vol.get("persistentVolumeClaim", {}).get("claimName") == snap["existingClaim"] and snap["existingClaim"],
-              "snapshot volume is the existing claim snapshots.existingClaim (shared, not per pod)")
+        if url:
+            check("snapshots" not in vols and not any(m["name"] == "snapshots" for m in c.get("volumeMounts", [])),
+                  "no snapshot claim mounted when snapshots.url is set")
+        else:
+            mount = [m for m in c.get("volumeMounts", []) if m["mountPath"] == snap["mountPath"]]
+            check(len(mount) == 1 and not mount[0].get("readOnly"), f"snapshot volume mounted writable at {snap['mountPath']}")
+            vol = vols.get(mount[0]["name"], {}) if mount else {}
+            check(vol.get("persistentVolumeClaim", {}).get("claimName") == snap["existingClaim"] and snap["existingClaim"],
+                  "snapshot volume is the existing claim snapshots.existingClaim (shared, not per pod)")
         check(all(t["metadata"]["name"] == "state" for t in sts["spec"].get("volumeClaimTemplates", [])),
               "no volumeClaimTemplate for snapshots (one claim shared by every pod)")
     else:
         check(not any(f in args for f in flags), "no --snapshot-* flag when snapshots.enabled is false")
         check(not any(v["name"] == "snapshots" for v in pod.get("volumes", [])), "no snapshot volume when disabled")
+        check(not env_from, "no snapshot store Secret when disabled")
     for d in by_kind.get("StatefulSet", []) + by_kind.get("CronJob", []):
         if d is sts:
             continue
@@ -295,7 +306,7 @@ def snapshots(values, by_kind, sts):
               f"{d['metadata']['name']}: no snapshot volume (stream only)")
     rules = {r.get("alert"): r for pr in by_kind.get("PrometheusRule", []) for g in pr["spec"]["groups"] for r in g["rules"]}
     if values["prometheusRule"]["enabled"]:
-        names = ("TidemarkSnapshotStale", "TidemarkSnapshotFailing")
+        names = ("TidemarkSnapshotStale", "TidemarkSnapshotFailing", "TidemarkSnapshotStoreFailing", "TidemarkSnapshotLagging")
         check(all((n in rules) == on for n in names), "snapshot alerts exactly when snapshots.enabled")
         interval = minutes(str(snap.get("interval", "")))
         if on and interval is not None and "TidemarkSnapshotStale" in rules:

@@ -29,9 +29,9 @@ fn admin_config(args: &RunArgs) -> anyhow::Result<Option<telemetry::admin::Confi
     }))
 }
 
-/// `--snapshot-dir` and its companions; the directory is created (and must be writable).
+/// `--snapshot-dir` (a directory, created, or a bucket URL) and its companions.
 fn snapshot_config(
-    dir: &Option<std::path::PathBuf>,
+    dir: &Option<String>,
     interval: Duration,
     keep: usize,
     opts: &stream::StreamOptions,
@@ -39,16 +39,15 @@ fn snapshot_config(
     let Some(dir) = dir else { return Ok(None) };
     anyhow::ensure!(interval >= Duration::from_secs(1), "--snapshot-interval must be at least 1s");
     anyhow::ensure!(keep >= 1, "--snapshot-keep must be at least 1");
-    std::fs::create_dir_all(dir).with_context(|| format!("--snapshot-dir {}: cannot create it", dir.display()))?;
     let cfg = snapshot::SnapshotConfig {
-        dir: dir.clone(),
+        bucket: Arc::new(snapshot::Bucket::open(dir)?),
         interval,
         keep,
         topology: opts.topology.name.clone(),
         group: opts.group_id.clone(),
         topics: crate::tasks::Sources::of(&opts.topology),
     };
-    info!(dir = %dir.display(), interval = ?interval, keep, "snapshots on");
+    info!(dir = %dir, interval = ?interval, keep, "snapshots on");
     Ok(Some(cfg))
 }
 

@@ -7,8 +7,14 @@ use std::time::Instant;
 use tidemark_state::{ConsistentPoint, PartitionId, Store};
 use tracing::{info, warn};
 
+use super::error::{Op, SnapshotError};
 use super::layout::{Manifest, FORMAT};
+use super::store::staging;
 use super::SnapshotConfig;
+use crate::telemetry;
+
+/// Store failures in a row after which a round gives up on its other partitions.
+const STORE_DOWN_AFTER: usize = 2;
 
 /// Who exports, under which configuration.
 pub struct Exporter {
@@ -22,59 +28,61 @@ pub struct Round {
     pub published: usize,
     pub unchanged: usize,
     pub failed: usize,
+    /// Bytes uploaded (the files and manifests of the snapshots published).
     pub bytes: u64,
+    /// Partitions whose newest snapshot holds their state as of this round's point.
+    pub current: Vec<PartitionId>,
 }
 
 impl Exporter {
     /// Exports `id` as of `point` and publishes it, unless its newest snapshot is already at
     /// `committed` (the offset the stream last committed) or beyond what the export holds.
-    /// `Some(bytes)` when a new snapshot was published.
+    /// `Some(bytes uploaded)` when a new snapshot was published. The export is written to a
+    /// staging directory on the state volume first, then uploaded; old snapshots are pruned
+    /// after a publication (a failed prune is counted, the snapshot stands).
     pub fn export_one(
         &self,
         store: &Store,
         point: &ConsistentPoint<'_>,
         id: PartitionId,
         committed: Option<i64>,
-    ) -> anyhow::Result<Option<u64>> {
+    ) -> Result<Option<u64>, SnapshotError> {
         let layout = self.cfg.layout();
-        let newest = layout.latest(id)?.map(|f| f.manifest.export.checkpoint.next_offset);
+        let newest = layout.newest_offset(id)?;
         if newest.is_some_and(|n| committed.is_some_and(|c| n >= c)) {
             return Ok(None);
         }
-        let temp = layout.temp_dir(id)?;
-        let result = (|| {
-            let Some(export) = store.export_partition(point, id, &temp)? else { return Ok(None) };
-            if newest.is_some_and(|n| n >= export.checkpoint.next_offset) {
-                return Ok(None);
-            }
-            let bytes = export.bytes();
-            let manifest = Manifest {
-                format: FORMAT,
-                partition: id.to_string(),
-                source: id.source,
-                number: id.partition,
-                topic: self.cfg.topic_of(id).to_string(),
-                // The time of the state, not of the export: a round exports many partitions
-                // from one point, and what happens meanwhile is not in this snapshot.
-                taken_at_ms: point.taken_at_ms(),
-                taken_by: self.taken_by.clone(),
-                export,
-            };
-            if !layout.publish(&temp, &manifest)? {
-                return Ok(None);
-            }
-            layout.prune(id, self.cfg.keep)?;
-            Ok(Some(bytes))
-        })();
-        if temp.exists() {
-            let _ = std::fs::remove_dir_all(&temp);
+        let staging = staging(store.path(), "export")?;
+        let Some(export) = store.export_partition(point, id, staging.path())? else { return Ok(None) };
+        if newest.is_some_and(|n| n >= export.checkpoint.next_offset) {
+            return Ok(None);
         }
-        result
+        let manifest = Manifest {
+            format: FORMAT,
+            partition: id.to_string(),
+            source: id.source,
+            number: id.partition,
+            topic: self.cfg.topic_of(id).to_string(),
+            // The time of the state, not of the export: a round exports many partitions
+            // from one point, and what happens meanwhile is not in this snapshot.
+            taken_at_ms: point.taken_at_ms(),
+            taken_by: self.taken_by.clone(),
+            export,
+        };
+        let Some(bytes) = layout.publish(staging.path(), &manifest)? else { return Ok(None) };
+        if let Err(e) = layout.prune(id, self.cfg.keep) {
+            telemetry::snapshots::failed(e.op(Op::Prune));
+            warn!(partition = %id, error = %e, "old snapshots not pruned; tried again after the next snapshot");
+        }
+        Ok(Some(bytes))
     }
 
     /// Exports `ids` from one consistent point, calling `beat` before each; `committed`
     /// gives each one's last committed offset when known. Failures are logged and counted
-    /// in the result: the previous snapshot of such a partition stays.
+    /// in the result and in `tidemark_snapshot_failures_total`: the previous snapshot of such
+    /// a partition stays, and the next round tries again. After [`STORE_DOWN_AFTER`] store
+    /// failures in a row the rest of the round is skipped (counted as failed): each request
+    /// to a store that is down waits for its retries, and a hand-over holds a rebalance.
     pub fn export_all(
         &self,
         store: &Store,
@@ -84,20 +92,40 @@ impl Exporter {
     ) -> Round {
         let point = store.consistent_point();
         let mut round = Round::default();
+        let (mut in_a_row, mut skipped) = (0, 0);
         for id in ids {
             beat();
+            if in_a_row >= STORE_DOWN_AFTER {
+                skipped += 1;
+                continue;
+            }
             match self.export_one(store, &point, id, committed(id)) {
                 Ok(Some(bytes)) => {
+                    in_a_row = 0;
                     round.published += 1;
                     round.bytes += bytes;
+                    round.current.push(id);
                 }
-                Ok(None) => round.unchanged += 1,
+                Ok(None) => {
+                    in_a_row = 0;
+                    round.unchanged += 1;
+                    round.current.push(id);
+                }
                 Err(e) => {
                     round.failed += 1;
-                    warn!(partition = %id, error = %format!("{e:#}"), "snapshot failed; the previous one stays");
+                    if matches!(e, SnapshotError::Store { .. }) {
+                        in_a_row += 1;
+                    }
+                    telemetry::snapshots::failed(e.op(Op::Export));
+                    warn!(partition = %id, error = %e, "snapshot failed; the previous one stays");
                 }
             }
         }
+        if skipped > 0 {
+            round.failed += skipped;
+            warn!(skipped, "snapshot store failing: the round's other partitions are tried again next round");
+        }
+        telemetry::snapshots::uploaded(round.bytes);
         round
     }
 }
@@ -119,7 +147,7 @@ impl Handover {
     pub fn export(&self, store: &Store, ids: &[PartitionId], beat: &dyn Fn()) {
         let started = Instant::now();
         let round = self.exporter.export_all(store, ids.iter().copied(), |_| None, beat);
-        crate::telemetry::snapshots::handed_over(round.failed > 0);
+        telemetry::snapshots::handed_over(round.failed > 0);
         info!(
             partitions = ids.len(),
             published = round.published,
@@ -146,7 +174,9 @@ mod tests {
         batch.put_checkpoint(p, &Checkpoint { next_offset: 7, ..Checkpoint::default() }).unwrap();
         store.commit_staged(batch.stage()).unwrap();
         let cfg = SnapshotConfig {
-            dir: snapshots.path().to_path_buf(),
+            bucket: std::sync::Arc::new(
+                crate::snapshot::Bucket::open(&snapshots.path().display().to_string()).unwrap(),
+            ),
             interval: std::time::Duration::from_secs(60),
             keep: 2,
             topology: "t".into(),
@@ -164,7 +194,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(300));
         let exporter = Exporter { cfg: cfg.clone(), taken_by: "a".into() };
         assert!(exporter.export_one(&store, &point, p, None).unwrap().is_some());
-        let found = Layout::new(&cfg.dir, "t", "g").latest(p).unwrap().expect("published");
+        let found = Layout::new(std::sync::Arc::clone(&cfg.bucket), "t", "g").latest(p).unwrap().expect("published");
         assert!(
             found.manifest.taken_at_ms <= before_export,
             "stamped {} ms after the state was read",

@@ -6,16 +6,21 @@
 //! that state; the audit read that keeps them from being sent again runs for every assigned
 //! SKU partition, imported or not ([`crate::actions::Recall`]), right after this.
 //!
-//! A failed import leaves the local state as it was (see `Store::import_partition`); the next
-//! older snapshot is then compared with that state, read again.
+//! The snapshot's files are downloaded into a staging directory on the state volume, then
+//! imported. A failed download or import leaves the local state as it was (see
+//! `Store::import_partition`); the next older snapshot is then compared with that state,
+//! read again.
 
 use std::time::Instant;
 
 use tidemark_state::{PartitionId, Store};
 use tracing::{info, warn};
 
+use super::error::{Op, SnapshotError};
 use super::layout::Found;
+use super::store::staging;
 use super::SnapshotConfig;
+use crate::telemetry;
 
 /// Snapshots tried, newest first, before giving up on them for a partition.
 const ATTEMPTS: usize = 3;
@@ -45,7 +50,14 @@ impl Restorer {
     /// rebalance callback asks this; the import itself runs off it (`tasks::imports`).
     pub fn is_ahead(&self, store: &Store, id: PartitionId) -> bool {
         let Ok(local) = store.checkpoint(id).map(|c| c.map(|c| c.next_offset)) else { return false };
-        let Ok(candidates) = self.cfg.layout().list(id) else { return false };
+        let candidates = match self.cfg.layout().list(id, ATTEMPTS) {
+            Ok(c) => c,
+            Err(e) => {
+                telemetry::snapshots::failed(e.op(Op::List));
+                warn!(partition = %id, error = %e, "cannot list snapshots; the partition goes on from its local state");
+                return false;
+            }
+        };
         let topic = self.cfg.topic_of(id);
         candidates.iter().take(ATTEMPTS).find(|f| f.manifest.topic == topic).is_some_and(|f| {
             local.is_none_or(|l| l.saturating_add(self.replay_within) < f.manifest.export.checkpoint.next_offset)
@@ -65,17 +77,19 @@ impl Restorer {
             }
         };
         let Ok(mut local) = local_checkpoint() else { return None };
-        let candidates = match self.cfg.layout().list(id) {
+        let layout = self.cfg.layout();
+        let candidates = match layout.list(id, ATTEMPTS) {
             Ok(c) => c,
             Err(e) => {
-                warn!(partition = %id, error = %format!("{e:#}"), "cannot list snapshots");
+                telemetry::snapshots::failed(e.op(Op::List));
+                warn!(partition = %id, error = %e, "cannot list snapshots; the partition goes on from its local state");
                 return None;
             }
         };
         let topic = self.cfg.topic_of(id);
-        for found in candidates.into_iter().take(ATTEMPTS) {
+        for found in candidates {
             if found.manifest.topic != topic {
-                warn!(partition = %id, topic, snapshot = %found.dir.display(), snapshot_topic = %found.manifest.topic, "snapshot of another topic; not imported");
+                warn!(partition = %id, topic, snapshot = %found.key, snapshot_topic = %found.manifest.topic, "snapshot of another topic; not imported");
                 continue;
             }
             let next = found.manifest.export.checkpoint.next_offset;
@@ -84,24 +98,28 @@ impl Restorer {
             }
             let started = Instant::now();
             crate::failpoint::hit(&format!("import.{id}"));
-            match store.import_partition(id, &found.dir, &found.manifest.export) {
+            match self.import(store, id, &found) {
                 Ok(()) => {
-                    crate::telemetry::snapshots::restored();
+                    telemetry::snapshots::restored();
                     info!(
                         partition = %id,
                         next_offset = next,
                         local_next_offset = ?local,
                         bytes = found.manifest.export.bytes(),
                         taken_by = %found.manifest.taken_by,
-                        snapshot = %found.dir.display(),
+                        snapshot = %found.key,
+                        store = layout.location(),
                         took_ms = started.elapsed().as_millis() as u64,
                         "restored from snapshot"
                     );
                     return Some(found);
                 }
                 Err(e) => {
-                    crate::telemetry::snapshots::restore_failed();
-                    warn!(partition = %id, snapshot = %found.dir.display(), error = %e, "snapshot not imported; trying an older one");
+                    match e {
+                        SnapshotError::Store { op, .. } => telemetry::snapshots::failed(op),
+                        _ => telemetry::snapshots::restore_failed(),
+                    }
+                    warn!(partition = %id, snapshot = %found.key, error = %e, "snapshot not imported; trying an older one");
                     // The import leaves the local state as it was; read it again all the same,
                     // so an older snapshot is compared with what the store holds now.
                     let Ok(now) = local_checkpoint() else { return None };
@@ -110,6 +128,14 @@ impl Restorer {
             }
         }
         None
+    }
+
+    /// Downloads `found` into a staging directory beside the state, then imports it.
+    fn import(&self, store: &Store, id: PartitionId, found: &Found) -> Result<(), SnapshotError> {
+        let dir = staging(store.path(), "download")?;
+        self.cfg.layout().download(found, dir.path())?;
+        store.import_partition(id, dir.path(), &found.manifest.export)?;
+        Ok(())
     }
 }
 
@@ -121,7 +147,7 @@ mod tests {
 
     fn config(dir: &std::path::Path, orders_topic: &str) -> SnapshotConfig {
         SnapshotConfig {
-            dir: dir.to_path_buf(),
+            bucket: std::sync::Arc::new(crate::snapshot::Bucket::open(&dir.display().to_string()).unwrap()),
             interval: std::time::Duration::from_secs(60),
             keep: 2,
             topology: "t".into(),

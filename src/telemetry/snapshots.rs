@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 
+use crate::snapshot::Op;
+
 /// The label of a round: `ok` when no partition failed, else `failed`.
 fn outcome(failed: bool) -> &'static str {
     if failed {
@@ -23,6 +25,28 @@ pub fn started() {
     counter!("tidemark_snapshot_restores_total").absolute(0);
     gauge!("tidemark_snapshot_last_success_timestamp_seconds").set(0.0);
     gauge!("tidemark_snapshot_bytes").set(0.0);
+    for op in Op::ALL {
+        counter!("tidemark_snapshot_failures_total", "op" => op.label()).absolute(0);
+    }
+    counter!("tidemark_snapshot_upload_bytes_total").absolute(0);
+    gauge!("tidemark_snapshot_lag_seconds").set(0.0);
+}
+
+/// One failed operation on the snapshot store or the local export (a round, a prune, a
+/// restore's listing or download).
+pub fn failed(op: Op) {
+    counter!("tidemark_snapshot_failures_total", "op" => op.label()).increment(1);
+}
+
+/// Bytes uploaded by an export of several partitions (a round or a hand-over).
+pub fn uploaded(bytes: u64) {
+    counter!("tidemark_snapshot_upload_bytes_total").increment(bytes);
+}
+
+/// Seconds since the stalest owned partition's newest snapshot was last current (see
+/// `snapshot::taker`).
+pub fn lag(lag: Duration) {
+    gauge!("tidemark_snapshot_lag_seconds").set(lag.as_secs_f64());
 }
 
 /// A round of the snapshot thread: how long it took, whether a partition failed, and the
