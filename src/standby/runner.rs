@@ -462,15 +462,24 @@ impl Runner {
         if let Err(e) = self.commit() {
             warn!(error = %format!("{e:#}"), "standby commit before a promotion failed; the active task replays from the last one");
         }
-        let before = self.tasks.len();
+        if self.hand_over(ids) {
+            self.reassign();
+        }
+    }
+
+    /// Drops the tasks of `ids`, taken by the active tasks: they resume from this thread's
+    /// last commit. Whether any was held.
+    fn hand_over(&mut self, ids: &[PartitionId]) -> bool {
+        let held: Vec<PartitionId> = ids.iter().copied().filter(|id| self.tasks.contains(*id)).collect();
         for id in ids {
             self.tasks.remove(*id);
             self.unclaim(*id);
             self.retry.remove(id);
         }
-        if self.tasks.len() != before {
-            self.reassign();
+        if !held.is_empty() {
+            info!(partitions = %names(&held), "standby copies promoted: their active tasks resume from the standby's last commit");
         }
+        !held.is_empty()
     }
 
     /// Drops every task and restores them from the store (after a failed commit).
@@ -492,10 +501,7 @@ impl Runner {
     /// partition the active tasks took meanwhile is dropped first, never written).
     fn commit(&mut self) -> anyhow::Result<()> {
         let taken: Vec<PartitionId> = self.tasks.ids().filter(|id| self.is_active(*id)).collect();
-        for id in taken {
-            self.tasks.remove(id);
-            self.unclaim(id);
-        }
+        self.hand_over(&taken);
         self.skip_control_records();
         let store = Arc::clone(&self.cfg.store);
         let mut batch = store.batch();
@@ -574,7 +580,10 @@ impl Runner {
         }
         let all: Vec<PartitionId> = self.tasks.factory().all_partitions().collect();
         let placed = placement::standby_placement(&all, &view.owners, &view.members, usize::from(n), &self.cfg.me);
-        let gone: Vec<PartitionId> = self.tasks.ids().filter(|id| !placed.contains(id)).collect();
+        // A copy the group just gave to this process stays until the rebalance callback
+        // promotes it (the broker can describe the new assignment before the callback runs).
+        let mine = |id: &PartitionId| view.owners.get(id).is_some_and(|o| *o == self.cfg.me);
+        let gone: Vec<PartitionId> = self.tasks.ids().filter(|id| !placed.contains(id) && !mine(id)).collect();
         let new: Vec<PartitionId> = placed.iter().copied().filter(|id| !self.tasks.contains(*id)).collect();
         if self.placed.as_ref() != Some(&placed) {
             info!(
