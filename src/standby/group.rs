@@ -19,12 +19,14 @@ use tidemark_state::PartitionId;
 
 use crate::tasks::Sources;
 
-/// The group as one process sees it: its members (by stable name) and the owner of every
-/// assigned input partition.
+/// The group as one process sees it: its members (by stable name), the owner of every
+/// assigned input partition, and whether the group is between rebalances (`Stable`: during
+/// one, members' assignments are empty or about to change).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GroupView {
     pub members: BTreeSet<String>,
     pub owners: BTreeMap<PartitionId, String>,
+    pub stable: bool,
 }
 
 /// An assignment that does not follow the layout above.
@@ -93,6 +95,7 @@ pub fn describe<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
     let list = consumer.fetch_group_list(Some(group), timeout)?;
     let mut view = GroupView::default();
     for g in list.groups().iter().filter(|g| g.name() == group) {
+        view.stable = g.state() == "Stable";
         for m in g.members() {
             let name = member_name(m.id()).to_string();
             let owned = parse_assignment(m.assignment().unwrap_or_default()).unwrap_or_else(|e| {

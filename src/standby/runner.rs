@@ -575,7 +575,9 @@ impl Runner {
                     return;
                 }
             };
-        if self.placed.is_some() && self.view.as_ref() == Some(&view) {
+        // Mid-rebalance the assignments are empty or stale: the placement waits for the
+        // result rather than moving copies twice (the first one is made whatever the state).
+        if self.placed.is_some() && (!view.stable || self.view.as_ref() == Some(&view)) {
             return;
         }
         let all: Vec<PartitionId> = self.tasks.factory().all_partitions().collect();
