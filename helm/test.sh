@@ -177,7 +177,7 @@ check "schema rejects staticAssignment as the string \"true\" (--set-string)" li
 check "schema rejects sessionTimeout=30sec (s, m, h only)" lint_rejects --set sessionTimeout=30sec
 check "schema rejects sessionTimeout=0s (zero)"           lint_rejects --set sessionTimeout=0s
 check "schema rejects sessionTimeout=30 (not a string)"   lint_rejects --set sessionTimeout=30
-check "schema rejects standbys=some (none or all only)"   lint_rejects --set standbys=some
+check "schema rejects standbys=some (auto, none, all or a count only)"   lint_rejects --set standbys=some
 check "schema rejects warmupTimeout=5min (s, m, h only)"  lint_rejects --set warmupTimeout=5min
 check "schema rejects warmupTimeout=300 (not a string)"   lint_rejects --set warmupTimeout=300
 # template_fails_with MESSAGE ARGS...: helm template must fail, and say MESSAGE.
@@ -197,8 +197,11 @@ check "standbys all + staticAssignment true fails, naming both" \
 check "standbys all + staticAssignment true fails with snapshots on too" \
   template_fails_with "standbys: all needs group-managed assignment, but staticAssignment is true" \
   -f "$CIV" --set staticAssignment=true
-check "standbys=some fails in the template too (schema skipped), naming none or all" \
-  template_fails_with "standbys must be none or all" --skip-schema-validation --set standbys=some
+check "standbys=some fails in the template too (schema skipped), naming what it takes" \
+  template_fails_with "standbys must be auto, none, all or a number of copies" --skip-schema-validation --set standbys=some
+check "standbys 2 + staticAssignment true fails, naming both" \
+  template_fails_with "standbys: 2 needs group-managed assignment, but staticAssignment is true" \
+  --set standbys=2 --set staticAssignment=true
 
 # render OUT [helm args...]: helm template into OUT (release "tidemark").
 render() { local out=$1; shift; "$HELM" template tidemark "$CHART" --namespace "$NAMESPACE" "${KV[@]}" "$@" >"$out"; }
@@ -271,6 +274,9 @@ check "standbys all renders TIDEMARK_WARMUP_TIMEOUT=5m" stream_env "$STBY" TIDEM
 check "default values render TIDEMARK_STANDBYS=none and no TIDEMARK_WARMUP_TIMEOUT" \
   bash -c "$(declare -f stream_env); stream_env '$DEF' TIDEMARK_STANDBYS none && stream_env '$DEF' TIDEMARK_WARMUP_TIMEOUT ''"
 check "ci-values.yaml renders TIDEMARK_WARMUP_TIMEOUT=10m" stream_env "$CI" TIDEMARK_WARMUP_TIMEOUT 10m
+check "snapshots on (standbys auto) render TIDEMARK_STANDBYS=1" stream_env "$SNAP" TIDEMARK_STANDBYS 1
+check "snapshots + staticAssignment true (standbys auto) render TIDEMARK_STANDBYS=none" \
+  stream_env "$SNAPSTAT" TIDEMARK_STANDBYS none
 # The assignment each rendering must have, stated here rather than derived from the values.
 asg() { python3 "$HERE/tools/check_chart.py" assignment "$@"; }
 check "assignment: default values (auto, no snapshots) -> --replicas 3, no --session-timeout" asg "$DEF" static

@@ -272,18 +272,26 @@ pub struct RunArgs {
     /// Snapshots kept per partition (the newest ones).
     #[arg(long, env = "TIDEMARK_SNAPSHOT_KEEP", default_value_t = 2)]
     pub snapshot_keep: usize,
-    /// `all`: keep a standby task for every input partition this process does not own,
+    /// Standby tasks: warm copies of input partitions this process does not own, kept by
     /// replaying the log without side effects (no outputs, no actions), so a partition the
-    /// group moves here (a pod gone, a scale-down) starts from a checkpoint one commit
-    /// behind instead of a snapshot import and its replay. Each process then processes the
-    /// whole log. Group-managed assignment only (not with --replicas). `none` (default): off.
-    #[arg(long, env = "TIDEMARK_STANDBYS", default_value = "none", value_parser = ["none", "all"])]
-    pub standbys: String,
-    /// With --standbys all: how long a starting process waits for its standby tasks to
+    /// group moves to a process with a copy (a pod gone, a scale-down) starts from a
+    /// checkpoint one commit behind instead of a snapshot import and its replay. A number
+    /// `N`: each partition has N copies on members other than its owner, placed by
+    /// rendezvous hashing of the members' --instance-id (needs --instance-id); `all`: a copy
+    /// of every partition on every process (each then processes the whole log); `none` or
+    /// `0` (default): off. Group-managed assignment only (not with --replicas).
+    #[arg(long, env = "TIDEMARK_STANDBYS", default_value = "none", value_parser = crate::standby::Copies::parse)]
+    pub standbys: crate::standby::Copies,
+    /// With --standbys: how long a starting process waits for its standby tasks to
     /// catch up with the log before it joins the group (KIP-441's warm-up), so partitions a
     /// scale-up moves to it arrive warm. Past it, it joins anyway.
     #[arg(long, env = "TIDEMARK_WARMUP_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub warmup_timeout: std::time::Duration,
+    /// The local state of a partition this process neither owns nor shadows (it moved away)
+    /// is deleted after this long (humantime, at least 1m); one that comes back sooner keeps
+    /// its state. `off` keeps it forever.
+    #[arg(long, env = "TIDEMARK_DROP_MOVED_AFTER", default_value = "10m", value_parser = crate::tasks::moved_away::parse_grace)]
+    pub drop_moved_after: crate::tasks::moved_away::Grace,
 }
 
 #[derive(Args, Debug)]

@@ -14,7 +14,7 @@
 //!   use; the sweep of those a killed run left in `TMPDIR`.
 //! - [`snapshot`]: per-partition state snapshots in object storage or a shared directory, and
 //!   the restore of a moved or lost partition from them.
-//! - [`standby`]: standby tasks (`run --standbys all`): warm copies of the partitions other
+//! - [`standby`]: standby tasks (`run --standbys N|all`): warm copies of the partitions other
 //!   processes own, replayed from the log without side effects, promoted on assignment.
 //! - [`signal`]: graceful stop on SIGTERM/SIGINT (a second signal exits at once).
 //! - [`status`]: the live status line and final summary.

@@ -768,3 +768,136 @@ fn a_slow_snapshot_import_of_one_partition_does_not_stop_the_others_and_the_run_
     run_through(&reference, &reference_server);
     assert_eq!(compacted(&s.topo.dashboard), compacted(&reference.topo.dashboard), "dashboard values");
 }
+
+/// A member of a group keeping one standby copy of each partition (`--standbys 1`), with a
+/// snapshot directory (hand-over exports only), metrics on `port`.
+fn one_copy_member(s: &Scenario, group: &str, n: &str, port: u16, snapshots: &std::path::Path) -> Running {
+    let state = s._state.path().join(n);
+    let (stderr, log) = log_beside(&state);
+    let mut c = member_command(&s.topo, &state, group, &format!("{group}-{n}"));
+    c.args(["--standbys", "1", "--session-timeout", "6s", "--http-addr", &format!("127.0.0.1:{port}")])
+        .args(["--admin-addr", "off", "--snapshot-interval", "1h"])
+        .arg("--snapshot-dir")
+        .arg(snapshots)
+        .env("TIDEMARK_LOG", "info")
+        .stderr(stderr);
+    Running(c.spawn().expect("spawn"), Some(log))
+}
+
+/// The value of `key` in a metric's label text.
+fn label<'a>(labels: &'a str, key: &str) -> &'a str {
+    let from = labels.find(&format!("{key}=\"")).map_or(labels.len(), |i| i + key.len() + 2);
+    let rest = &labels[from..];
+    &rest[..rest.find('"').unwrap_or(rest.len())]
+}
+
+/// Per partition (named as operators name them: `orders[3]`), the members that report `name`
+/// at 1 for it, if every member answers.
+fn members_with(members: &[(&str, u16)], name: &str) -> Option<BTreeMap<String, Vec<String>>> {
+    let mut by_partition: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (member, port) in members {
+        let (_, page) = http("GET", *port, "/metrics")?;
+        for (labels, v) in metric(&page, name) {
+            if v == 1.0 {
+                let p = format!("{}[{}]", label(&labels, "source"), label(&labels, "partition"));
+                by_partition.entry(p).or_default().push(member.to_string());
+            }
+        }
+    }
+    Some(by_partition)
+}
+
+/// Every one of the 16 input partitions has exactly one owner among `members` and exactly one
+/// standby copy, on another member: returns (owner, copy holder) per partition.
+fn one_owner_and_one_copy_elsewhere(members: &[(&str, u16)]) -> Option<BTreeMap<String, (String, String)>> {
+    let owners = members_with(members, "tidemark_partition_owned")?;
+    let copies = members_with(members, "tidemark_standby_partition")?;
+    if owners.len() != 16 || copies.len() != 16 {
+        return None;
+    }
+    let mut placed = BTreeMap::new();
+    for (p, owner) in owners {
+        let copy = copies.get(&p)?;
+        if owner.len() != 1 || copy.len() != 1 || owner[0] == copy[0] {
+            return None;
+        }
+        placed.insert(p, (owner[0].clone(), copy[0].clone()));
+    }
+    Some(placed)
+}
+
+#[test]
+fn with_one_standby_copy_each_partition_is_kept_warm_on_exactly_one_other_member_and_a_member_gone_for_good_resumes_from_them_without_sending_a_completed_action_again(
+) {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (server, reference_server, all_act, s) = acting(&rt);
+    let snapshots = tempfile::tempdir().expect("tmp");
+    let group = unique("g");
+    let ports = [free_port(), free_port(), free_port()];
+
+    // Part one, processed by three members, each partition's copy on one of the other two.
+    generate(&s.orders, GEN_ACTIONS);
+    let mut a = one_copy_member(&s, &group, "a", ports[0], snapshots.path());
+    let b = one_copy_member(&s, &group, "b", ports[1], snapshots.path());
+    let c = one_copy_member(&s, &group, "c", ports[2], snapshots.path());
+    let members = [("a", ports[0]), ("b", ports[1]), ("c", ports[2])];
+    let reference = sibling(&s, &all_act, reference_server.url("/a").as_str(), |t| t);
+    let part_one = by_key(&run_through(&reference, &reference_server));
+    assert!(part_one.len() >= 3, "part one must fire several actions, got {}", part_one.len());
+    wait_for(Duration::from_secs(120), "the members to send part one's actions", || {
+        let sent = by_key(&server.requests());
+        part_one.keys().all(|k| sent.contains_key(k)).then_some(())
+    });
+    // Each partition: one owner, one warm copy elsewhere that has seen every action its owner
+    // completed, nothing in flight; twice, a second apart.
+    let settled = || {
+        let placed = one_owner_and_one_copy_elsewhere(&members)?;
+        for (_, port) in members {
+            let quiet = gauge_at(port, "tidemark_outbox_pending")? == 0.0
+                && gauge_at(port, "tidemark_standby_warm")? == 1.0
+                && gauge_at(port, "tidemark_standby_lag_records")? == 0.0
+                && gauge_at(port, "tidemark_standby_rows_waiting")? == 0.0;
+            quiet.then_some(())?;
+        }
+        Some(placed)
+    };
+    let placed = wait_for(Duration::from_secs(90), "one owner and one warm copy elsewhere per partition", || {
+        let first = settled()?;
+        std::thread::sleep(Duration::from_secs(1));
+        (settled()? == first).then_some(first)
+    });
+    let copies_per_member: Vec<usize> =
+        ["a", "b", "c"].iter().map(|m| placed.values().filter(|(_, copy)| copy == m).count()).collect();
+    assert!(copies_per_member.iter().all(|n| *n < 16), "no member holds every copy: {copies_per_member:?}");
+
+    // A dies and never comes back; part two arrives.
+    signal(&a.0, "KILL");
+    let _ = a.0.wait();
+    generate(&s.orders, &gen_actions_later());
+    let got = sent_as_one_process_would(&rt, &s, &all_act, &server, ports[1]);
+    for (key, bodies) in &got {
+        assert_eq!(bodies.len(), 1, "{key} was POSTed {} times", bodies.len());
+    }
+
+    // The copies are placed again over the two members left, and every partition of A's that
+    // the group gave to the holder of its copy resumed from that copy.
+    let survivors = [("b", ports[1]), ("c", ports[2])];
+    let after = wait_for(Duration::from_secs(60), "one owner and one copy elsewhere over b and c", || {
+        one_owner_and_one_copy_elsewhere(&survivors)
+    });
+    let log_of = |m: &str| std::fs::read_to_string(s._state.path().join(m).with_extension("log")).unwrap_or_default();
+    let promoted = |m: &str, p: &str| log_of(m).lines().any(|l| l.contains("standby copies promoted") && l.contains(p));
+    let mut from_copy = 0;
+    for (p, (owner, copy)) in placed.iter().filter(|(_, (owner, _))| owner == "a") {
+        let (new_owner, _) = &after[p];
+        if new_owner == copy {
+            assert!(
+                promoted(new_owner, p),
+                "{p} (owner {owner}) went to {new_owner}, which held its copy, but did not resume from it"
+            );
+            from_copy += 1;
+        }
+    }
+    eprintln!("{from_copy} of a's partitions resumed from their standby copy");
+    drop((b, c));
+}

@@ -17,7 +17,7 @@
       --snapshot-* flags, and the snapshot alerts with 3 x the interval); the partition
       assignment (staticAssignment true/false/auto: --replicas exactly when static,
       --session-timeout exactly when group-managed, the ownership alert's text saying which);
-      standby tasks (TIDEMARK_STANDBYS from standbys, TIDEMARK_WARMUP_TIMEOUT with all, never
+      standby tasks (TIDEMARK_STANDBYS from standbys, TIDEMARK_WARMUP_TIMEOUT with any, never
       with static assignment, the TidemarkStandbyBehind alert exactly with all).
 
   check_chart.py assignment RENDERED.yaml static|group [SESSION_TIMEOUT]
@@ -199,7 +199,17 @@ def static_assignment(values):
     if isinstance(v, bool):
         return v
     check(v == "auto", f"staticAssignment is auto, true or false (got {v!r})")
-    return not values.get("snapshots", {}).get("enabled") and values.get("standbys", "none") != "all"
+    return not values.get("snapshots", {}).get("enabled") and standby_mode(values) == "none"
+
+
+def standby_mode(values):
+    """standbys as --standbys gets it: all, a number of copies, or none; auto is 1 with
+    snapshots (staticAssignment not true), none without."""
+    v = str(values.get("standbys", "auto"))
+    if v == "auto":
+        on = values.get("snapshots", {}).get("enabled") and values.get("staticAssignment", "auto") is not True
+        return "1" if on else "none"
+    return "none" if v == "0" else v
 
 
 def assignment_args(sts, mode, timeout=None):
@@ -237,21 +247,22 @@ def assignment(values, by_kind, sts):
 
 def standbys(values, by_kind, sts):
     """TIDEMARK_STANDBYS from standbys on the stream only, TIDEMARK_WARMUP_TIMEOUT exactly with
-    all, all never with static assignment, and TidemarkStandbyBehind exactly with all."""
-    mode = values.get("standbys", "none")
-    on = mode == "all"
+    standbys on, standbys never with static assignment, and TidemarkStandbyBehind exactly with
+    standbys on."""
+    mode = standby_mode(values)
+    on = mode != "none"
     c = sts["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
     check(env.get("TIDEMARK_STANDBYS") == mode, f"TIDEMARK_STANDBYS {mode} (got {env.get('TIDEMARK_STANDBYS')})")
     if on:
         check(env.get("TIDEMARK_WARMUP_TIMEOUT") == str(values["warmupTimeout"]),
               f"TIDEMARK_WARMUP_TIMEOUT {values['warmupTimeout']} (got {env.get('TIDEMARK_WARMUP_TIMEOUT')})")
-        check("--replicas" not in c.get("args", []), "standbys all: group-managed (no --replicas; tidemark refuses both)")
+        check("--replicas" not in c.get("args", []), f"standbys {mode}: group-managed (no --replicas; tidemark refuses both)")
     else:
         check("TIDEMARK_WARMUP_TIMEOUT" not in env, "no TIDEMARK_WARMUP_TIMEOUT without standbys")
     rules = {r.get("alert") for pr in by_kind.get("PrometheusRule", []) for g in pr["spec"]["groups"] for r in g["rules"]}
     if values["prometheusRule"]["enabled"]:
-        check(("TidemarkStandbyBehind" in rules) == on, "TidemarkStandbyBehind exactly when standbys is all")
+        check(("TidemarkStandbyBehind" in rules) == on, "TidemarkStandbyBehind exactly when standbys are on")
     for d in by_kind.get("StatefulSet", []) + by_kind.get("CronJob", []):
         if d is sts:
             continue

@@ -167,15 +167,17 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         Arc::clone(&stop),
     )));
     let snapshots = snapshot_config(&args.snapshot_dir, args.snapshot_interval, args.snapshot_keep, &opts)?;
-    let standbys_on = args.standbys == "all";
+    let copies = args.standbys;
+    let standbys_on = copies.is_on();
     let taker = match &snapshots {
         Some(cfg) => {
             let replay_within = if standbys_on { STANDBY_REPLAY_WITHIN } else { 0 };
             opts.snapshots = Some(Arc::new(snapshot::Restorer::new(cfg).replaying_within(replay_within)));
             let taken_by = opts.instance_id.clone().unwrap_or_else(|| format!("pid-{}", std::process::id()));
-            // With standbys the next owner has a warm copy (it joined only once warm), so a
-            // revocation is not exported: a move then costs a commit, not an export.
-            if !standbys_on {
+            // With a copy everywhere the next owner has a warm one (it joined only once warm),
+            // so a revocation is not exported: a move then costs a commit, not an export. With
+            // a count of copies the group's assignor does not know where they are.
+            if copies != standby::Copies::All {
                 opts.handover = Some(snapshot::Handover::new(cfg, taken_by.clone()));
             }
             let taker = snapshot::Taker::new(cfg.clone(), Arc::clone(&store), Arc::clone(&opts.progress), taken_by);
@@ -186,8 +188,20 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let standby_thread = if standbys_on {
         anyhow::ensure!(
             opts.static_assignment.is_none(),
-            "--standbys all needs group-managed assignment: drop --replicas (standby tasks follow the group's moves)"
+            "--standbys {copies} needs group-managed assignment: drop --replicas (standby tasks follow the group's moves)"
         );
+        let me = match (copies, &opts.instance_id) {
+            (standby::Copies::Count(_), None) => anyhow::bail!(
+                "--standbys {copies} needs --instance-id: the copies are placed by the members' stable names"
+            ),
+            (_, id) => id.clone().unwrap_or_default(),
+        };
+        if matches!(copies, standby::Copies::Count(_)) && snapshots.is_none() {
+            tracing::warn!(
+                "--standbys {copies} without --snapshot-dir: a partition the group moves to a pod without a copy \
+                 replays its log from the start"
+            );
+        }
         let rows = Arc::new(actions::StandbyRows::new(Arc::clone(&store), Arc::clone(&actions.settled)));
         let tail = standby::audit_tail::AuditTail::new(
             opts.settings.clone(),
@@ -206,12 +220,31 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             restorer,
             stop: Arc::clone(&stop),
             lifecycle: Arc::clone(&opts.lifecycle),
+            copies,
+            me,
         };
         opts.standbys = Some(standbys);
-        info!("standby tasks on: every partition this process does not own is kept warm");
+        match copies {
+            standby::Copies::Count(n) => {
+                info!(copies = n, "standby tasks on: each partition kept warm on {n} members other than its owner")
+            }
+            _ => info!("standby tasks on: every partition this process does not own is kept warm"),
+        }
         Some(standby::runner::spawn(cfg, requests)?)
     } else {
         None
+    };
+    let janitor = match args.drop_moved_after.0 {
+        Some(grace) => {
+            let janitor = crate::tasks::moved_away::Janitor::new(
+                Arc::clone(&store),
+                Arc::clone(&opts.lifecycle),
+                opts.standbys.clone(),
+                grace,
+            );
+            Some(crate::tasks::moved_away::spawn(janitor, Arc::clone(&stop))?)
+        }
+        None => None,
     };
     opts.store = Some(store);
     let started = Instant::now();
@@ -226,6 +259,9 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         tracing::warn!(partitions = ?busy, "actions still under way at shutdown; the next start may send them again");
     }
     if let Some(t) = standby_thread {
+        let _ = t.join();
+    }
+    if let Some(t) = janitor {
         let _ = t.join();
     }
     if let Some(t) = taker {

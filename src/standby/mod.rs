@@ -1,5 +1,8 @@
-//! Standby tasks (`tidemark run --standbys all`): a warm copy of every input partition this
-//! process does not own, kept by replaying the log without side effects.
+//! Standby tasks (`tidemark run --standbys N|all`): warm copies of input partitions this
+//! process does not own, kept by replaying the log without side effects. With `all`, a copy
+//! of every such partition; with a count `N`, each partition has `N` copies on members other
+//! than its owner, placed by every process alone from the group's description ([`group`],
+//! [`placement`]) and placed again when members or assignments change.
 //!
 //! A second, group-less consumer on its own thread ([`runner`]) runs the same tasks as the
 //! stream thread on the partitions the group gave to other members, in the same store and
@@ -23,11 +26,19 @@
 //! `--warmup-timeout`), so the partitions a scale-up moves to it arrive warm.
 //!
 //! Module map:
+//! - [`copies`]: the value of `--standbys` (`none`, `all`, a count).
+//! - [`group`]: the group's members and their assignments, read from the broker.
+//! - [`placement`]: which partitions this process shadows (rendezvous hashing; pure).
 //! - [`runner`]: the standby thread (consumer, tasks, commits without outputs).
 //! - [`audit_tail`]: the audit topic, read as it is written; outcomes to [`StandbyRows`].
 
 pub mod audit_tail;
+pub mod copies;
+pub mod group;
+pub mod placement;
 pub mod runner;
+
+pub use copies::Copies;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,6 +78,9 @@ pub struct Standbys {
     tail: Arc<AuditTail>,
     /// Every standby task has caught up with its log (see [`runner`]).
     warm: Arc<AtomicBool>,
+    /// With a count of copies, the partitions placed here once the group was read; `None`
+    /// with `all` or before the first reading (every partition may then be shadowed here).
+    placed: Mutex<Option<BTreeSet<PartitionId>>>,
     release_warn_every: Duration,
 }
 
@@ -80,6 +94,7 @@ impl Standbys {
             rows,
             tail,
             warm: Arc::new(AtomicBool::new(false)),
+            placed: Mutex::new(None),
             release_warn_every: RELEASE_WARN_EVERY,
         };
         (Arc::new(standbys), rx)
@@ -87,6 +102,17 @@ impl Standbys {
 
     pub fn active(&self) -> Arc<Mutex<BTreeSet<PartitionId>>> {
         Arc::clone(&self.active)
+    }
+
+    /// The partitions this process shadows or is about to (`None`: any it does not own).
+    pub fn placed(&self) -> Option<BTreeSet<PartitionId>> {
+        self.placed.lock().ok().and_then(|p| p.clone())
+    }
+
+    fn set_placed(&self, placed: BTreeSet<PartitionId>) {
+        if let Ok(mut p) = self.placed.lock() {
+            *p = Some(placed);
+        }
     }
 
     /// The group assigned `ids` to this process: the standby tasks commit and let them go

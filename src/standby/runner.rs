@@ -1,6 +1,9 @@
 //! The standby thread: poll, ingest, commit state and checkpoints; outputs dropped.
 //!
-//! It keeps a task for every input partition the active tasks do not hold. Its consumer
+//! It keeps a task for every input partition the active tasks do not hold (`all`), or for
+//! those placed here (a count of copies): it reads the group's description every
+//! [`PLACE_EVERY`], places the copies ([`super::placement`]), adopts the partitions newly
+//! placed here and lets go of those placed elsewhere (after a commit). Its consumer
 //! never joins the group: it is assigned the standby partitions at their checkpoints, and
 //! reassigned when the set changes (a promotion or a demotion, both rare). It reads the
 //! offsets the group's members committed (every 0.5 s) and pauses a partition at that
@@ -26,7 +29,8 @@ use tidemark_state::{codec, PartitionId, Store};
 use tidemark_topology::config::Topology;
 use tracing::{info, warn};
 
-use super::{audit_tail, Request, Standbys};
+use super::group::{self, GroupView};
+use super::{audit_tail, placement, Copies, Request, Standbys};
 use crate::engine::outbox::OutboxRow;
 use crate::engine::{OutputRecord, Stats};
 use crate::kafka::client_log::EofIsNotAnError;
@@ -44,6 +48,9 @@ const EXPIRE_EVERY: Duration = Duration::from_secs(600);
 /// How often partitions that could not be adopted (the broker did not answer: topics
 /// created a moment ago elect their leaders) and a tail that did not start are tried again.
 const RETRY_EVERY: Duration = Duration::from_secs(5);
+/// With a count of copies: how often the group's description is read to place them again
+/// (off the hot path: one DescribeGroups request).
+const PLACE_EVERY: Duration = Duration::from_secs(3);
 
 pub struct StandbyConfig {
     pub settings: KafkaSettings,
@@ -57,6 +64,10 @@ pub struct StandbyConfig {
     pub stop: Arc<AtomicBool>,
     /// The process's task states: a standby task claims its partition there first.
     pub lifecycle: Arc<crate::tasks::Lifecycle>,
+    /// `all`, or how many copies of each partition the group keeps.
+    pub copies: Copies,
+    /// This process's name in the group (`--instance-id`), for the placement.
+    pub me: String,
 }
 
 type Consumer_ = BaseConsumer<EofIsNotAnError>;
@@ -87,6 +98,13 @@ struct Runner {
     retried_at: Instant,
     tail: Option<JoinHandle<()>>,
     tail_started: bool,
+    /// With a count of copies: the group as last read, the partitions placed here (`None`
+    /// until the group was read once) and when it was read.
+    view: Option<GroupView>,
+    placed: Option<BTreeSet<PartitionId>>,
+    placed_at: Option<Instant>,
+    /// The standby partitions the per-partition gauge shows.
+    shown: BTreeSet<PartitionId>,
 }
 
 /// Starts the standby thread. It first stands by for every partition the active tasks do
@@ -124,6 +142,10 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
         retried_at: Instant::now(),
         tail: None,
         tail_started: false,
+        view: None,
+        placed: None,
+        placed_at: None,
+        shown: BTreeSet::new(),
     };
     std::thread::Builder::new()
         .name("tidemark-standby".into())
@@ -133,8 +155,12 @@ pub fn spawn(cfg: StandbyConfig, requests: Receiver<Request>) -> anyhow::Result<
 
 impl Runner {
     fn run(mut self, requests: &Receiver<Request>) {
-        let everything: Vec<PartitionId> = self.tasks.factory().all_partitions().collect();
-        self.adopt(&everything);
+        if self.cfg.copies == Copies::All {
+            let everything: Vec<PartitionId> = self.tasks.factory().all_partitions().collect();
+            self.adopt(&everything);
+        } else {
+            self.place();
+        }
         self.start_tail();
         let stop = Arc::clone(&self.cfg.stop);
         let interval = Duration::from_millis(self.cfg.topology.commit_interval_ms.max(1));
@@ -148,6 +174,7 @@ impl Runner {
                     Request::Adopt(ids) => self.adopt(&ids),
                 }
             }
+            self.place();
             self.refresh_limits();
             self.poll_for(interval, requests);
             if let Err(e) = self.commit() {
@@ -190,7 +217,8 @@ impl Runner {
         }
         self.retried_at = Instant::now();
         if !self.retry.is_empty() {
-            let ids: Vec<PartitionId> = std::mem::take(&mut self.retry).into_iter().collect();
+            let ids: Vec<PartitionId> =
+                std::mem::take(&mut self.retry).into_iter().filter(|id| self.is_placed(*id)).collect();
             self.adopt(&ids);
         }
         if !self.tail_started {
@@ -265,7 +293,7 @@ impl Runner {
         let started = Instant::now();
         let mut adopted = 0usize;
         for &id in ids {
-            if self.tasks.contains(id) || self.is_active(id) {
+            if self.tasks.contains(id) || self.is_active(id) || !self.is_placed(id) {
                 continue;
             }
             // Claimed first, so the import below never lands on an active task's state.
@@ -434,15 +462,24 @@ impl Runner {
         if let Err(e) = self.commit() {
             warn!(error = %format!("{e:#}"), "standby commit before a promotion failed; the active task replays from the last one");
         }
-        let before = self.tasks.len();
+        if self.hand_over(ids) {
+            self.reassign();
+        }
+    }
+
+    /// Drops the tasks of `ids`, taken by the active tasks: they resume from this thread's
+    /// last commit. Whether any was held.
+    fn hand_over(&mut self, ids: &[PartitionId]) -> bool {
+        let held: Vec<PartitionId> = ids.iter().copied().filter(|id| self.tasks.contains(*id)).collect();
         for id in ids {
             self.tasks.remove(*id);
             self.unclaim(*id);
             self.retry.remove(id);
         }
-        if self.tasks.len() != before {
-            self.reassign();
+        if !held.is_empty() {
+            info!(partitions = %names(&held), "standby copies promoted: their active tasks resume from the standby's last commit");
         }
+        !held.is_empty()
     }
 
     /// Drops every task and restores them from the store (after a failed commit).
@@ -464,10 +501,7 @@ impl Runner {
     /// partition the active tasks took meanwhile is dropped first, never written).
     fn commit(&mut self) -> anyhow::Result<()> {
         let taken: Vec<PartitionId> = self.tasks.ids().filter(|id| self.is_active(*id)).collect();
-        for id in taken {
-            self.tasks.remove(id);
-            self.unclaim(id);
-        }
+        self.hand_over(&taken);
         self.skip_control_records();
         let store = Arc::clone(&self.cfg.store);
         let mut batch = store.batch();
@@ -491,10 +525,11 @@ impl Runner {
 
     /// Lag and warmth, against the limits: warm once every standby task is at most one
     /// commit's worth of records behind what its owner committed (freshly read).
-    fn publish(&self) {
+    fn publish(&mut self) {
         let fresh = self.limits_at.is_some_and(|at| at.elapsed() <= LIMITS_FRESH);
         let mut lag = 0i64;
-        let mut warm = (fresh || self.tasks.is_empty()) && self.retry.is_empty();
+        let placed = self.cfg.copies != Copies::All && self.placed.is_none();
+        let mut warm = (fresh || self.tasks.is_empty()) && self.retry.is_empty() && !placed;
         let slack = i64::try_from(self.cfg.topology.max_batch_records).unwrap_or(i64::MAX);
         for (id, task) in self.tasks.iter() {
             let behind = (self.limits.get(id).copied().unwrap_or(0) - task.next_offset()).max(0);
@@ -503,7 +538,90 @@ impl Runner {
         }
         self.cfg.standbys.warm.store(warm, Ordering::Relaxed);
         crate::telemetry::standby::tasks(self.tasks.len(), lag, warm);
+        let now: BTreeSet<PartitionId> = self.tasks.ids().collect();
+        if now != self.shown {
+            let changed = now.symmetric_difference(&self.shown).map(|id| (*id, now.contains(id)));
+            crate::telemetry::standby::partitions(changed.collect::<Vec<_>>());
+            self.shown = now;
+        }
         self.cfg.standbys.rows.publish();
+    }
+
+    /// Whether a standby task for `id` belongs here: any partition with `all`, the placed
+    /// ones with a count (none before the group was read).
+    fn is_placed(&self, id: PartitionId) -> bool {
+        match self.cfg.copies {
+            Copies::Count(_) => self.placed.as_ref().is_some_and(|p| p.contains(&id)),
+            _ => true,
+        }
+    }
+
+    /// With a count of copies, every [`PLACE_EVERY`]: reads the group, places the copies,
+    /// lets go of the partitions placed elsewhere now and adopts those newly placed here.
+    fn place(&mut self) {
+        let Copies::Count(n) = self.cfg.copies else { return };
+        if self.placed_at.is_some_and(|at| at.elapsed() < PLACE_EVERY) {
+            return;
+        }
+        self.placed_at = Some(Instant::now());
+        let view =
+            match group::describe(&self.consumer, &self.cfg.group_id, self.tasks.sources(), Duration::from_secs(5)) {
+                Ok(v) => v,
+                Err(e) => {
+                    if self.warned_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                        warn!(error = %e, "cannot read the group's members; standby placement kept as it is");
+                        self.warned_at = Some(Instant::now());
+                    }
+                    return;
+                }
+            };
+        // Mid-rebalance the assignments are empty or stale: the placement waits for the
+        // result rather than moving copies twice (the first one is made whatever the state).
+        if self.placed.is_some() && (!view.stable || self.view.as_ref() == Some(&view)) {
+            return;
+        }
+        let all: Vec<PartitionId> = self.tasks.factory().all_partitions().collect();
+        let placed = placement::standby_placement(&all, &view.owners, &view.members, usize::from(n), &self.cfg.me);
+        // A copy the group just gave to this process stays until the rebalance callback
+        // promotes it (the broker can describe the new assignment before the callback runs).
+        let mine = |id: &PartitionId| view.owners.get(id).is_some_and(|o| *o == self.cfg.me);
+        let gone: Vec<PartitionId> = self.tasks.ids().filter(|id| !placed.contains(id) && !mine(id)).collect();
+        let new: Vec<PartitionId> = placed.iter().copied().filter(|id| !self.tasks.contains(*id)).collect();
+        if self.placed.as_ref() != Some(&placed) {
+            info!(
+                copies = n,
+                members = ?view.members,
+                placed_here = %names(&placed),
+                "standby copies placed"
+            );
+        }
+        self.view = Some(view);
+        self.cfg.standbys.set_placed(placed.clone());
+        self.placed = Some(placed);
+        self.retry.retain(|id| self.placed.as_ref().is_some_and(|p| p.contains(id)));
+        if !gone.is_empty() {
+            self.let_go(&gone);
+        }
+        self.adopt(&new);
+    }
+
+    /// Stops standing by for `ids`, placed elsewhere now, after a commit: their state stays in
+    /// the store (the janitor deletes it after `--drop-moved-after`, unless they come back).
+    fn let_go(&mut self, ids: &[PartitionId]) {
+        if let Err(e) = self.commit() {
+            warn!(error = %format!("{e:#}"), "standby commit before letting partitions go failed; they keep their last commit");
+        }
+        for id in ids {
+            self.tasks.remove(*id);
+            self.unclaim(*id);
+            self.held.remove(id);
+            self.limits.remove(id);
+        }
+        let sku: Vec<i32> = ids.iter().filter(|id| id.source == SKU_REPARTITION).map(|id| id.partition).collect();
+        // Their rows stay pending in the store; a later adoption holds them again.
+        self.cfg.standbys.rows.promoted(&sku);
+        info!(partitions = %names(ids), "standby tasks let go: their copies are placed on other members now");
+        self.reassign();
     }
 
     /// Final rows past retention leave standby outboxes as they leave active ones.
@@ -542,4 +660,9 @@ impl Runner {
         }
         since.map(|s| s - audit_tail::MARGIN_MS)
     }
+}
+
+/// `orders[3], sku-repartition[7]`: partitions as operators name them.
+fn names<'a>(ids: impl IntoIterator<Item = &'a PartitionId>) -> String {
+    ids.into_iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }

@@ -106,6 +106,8 @@ impl Assignment {
     pub fn position_at_checkpoints(&self, tpl: &mut TopicPartitionList) -> Vec<PartitionId> {
         let elements: Vec<(String, i32)> =
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        // Before any checkpoint is read: the local state of these is not deleted now.
+        self.lifecycle.assigning(elements.iter().filter_map(|(t, p)| self.sources.id(t, *p)));
         let mut sku_resumed: Vec<(i32, Option<i64>)> = Vec::new();
         let mut importing = Vec::new();
         for (topic, partition) in elements {

@@ -27,8 +27,12 @@
 //! - `handing over`, `closed`: `stream::Runner::handle_assignment` (`Revoked`), and
 //!   `stream::Runner::let_go` (refused outputs: closed at once);
 //! - `standby`, `closed`: `standby::runner::Runner::adopt` and `release`.
+//!
+//! A closed partition's local state may be deleted (`tasks::moved_away`), but only through
+//! [`Lifecycle::while_closed`], and never one the group assigned here since the janitor last
+//! looked ([`Lifecycle::assigning`]): a task never starts on state that is being deleted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use tidemark_state::PartitionId;
@@ -105,6 +109,9 @@ impl std::error::Error for Refused {}
 #[derive(Debug, Default)]
 pub struct Lifecycle {
     states: Mutex<HashMap<PartitionId, State>>,
+    /// Assigned by the group since [`Lifecycle::take_assigned`] last took them. Locked
+    /// before `states` wherever both are held.
+    assigned: Mutex<BTreeSet<PartitionId>>,
 }
 
 impl Lifecycle {
@@ -142,6 +149,40 @@ impl Lifecycle {
         if let Ok(mut states) = self.states.lock() {
             states.retain(|_, s| *s == State::Standby);
         }
+    }
+
+    /// The group assigns `ids` here, before their checkpoints are read: waits for a deletion
+    /// of one of them under way, and keeps them from being deleted until the janitor takes
+    /// them ([`Lifecycle::take_assigned`]) and starts their grace period again.
+    pub fn assigning(&self, ids: impl IntoIterator<Item = PartitionId>) {
+        if let Ok(mut a) = self.assigned.lock() {
+            a.extend(ids);
+        }
+    }
+
+    /// The partitions assigned since the last call.
+    pub fn take_assigned(&self) -> BTreeSet<PartitionId> {
+        self.assigned.lock().map(|mut a| std::mem::take(&mut *a)).unwrap_or_default()
+    }
+
+    /// Partitions with a task in this process, in any state but closed.
+    pub fn open(&self) -> BTreeSet<PartitionId> {
+        self.states.lock().map(|s| s.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// Runs `f` (a deletion of `id`'s state) only while `id` is closed and was not assigned
+    /// since [`Lifecycle::take_assigned`], holding both locks: no task can start on it, and
+    /// an assignment waits until `f` is done. `None` when `id` is in use.
+    pub fn while_closed<R>(&self, id: PartitionId, f: impl FnOnce() -> R) -> Option<R> {
+        let assigned = self.assigned.lock().ok()?;
+        let states = self.states.lock().ok()?;
+        if assigned.contains(&id) || states.contains_key(&id) {
+            return None;
+        }
+        let r = f();
+        drop(states);
+        drop(assigned);
+        Some(r)
     }
 
     /// Partitions in each state (those closed are not kept).
@@ -196,6 +237,38 @@ mod tests {
         assert!(l.enter(P, State::Restoring).is_err(), "running never goes back to restoring");
         l.enter(P, State::HandingOver).unwrap();
         assert!(l.enter(P, State::Running).is_err(), "a revoked task never runs again");
+    }
+
+    #[test]
+    fn a_partition_in_use_or_assigned_since_the_janitor_looked_is_never_deleted() {
+        let l = Lifecycle::default();
+        l.enter(P, State::Standby).unwrap();
+        assert_eq!(l.while_closed(P, || "deleted"), None, "a standby task holds it");
+        l.enter(P, State::Closed).unwrap();
+        l.assigning([P]);
+        assert_eq!(l.while_closed(P, || "deleted"), None, "assigned, its task not started yet");
+        assert_eq!(l.take_assigned(), [P].into());
+        assert_eq!(l.while_closed(P, || "deleted"), Some("deleted"));
+    }
+
+    #[test]
+    fn an_assignment_waits_for_a_deletion_under_way() {
+        let l = std::sync::Arc::new(Lifecycle::default());
+        let (started, go) = std::sync::mpsc::channel();
+        let deleting = {
+            let l = std::sync::Arc::clone(&l);
+            std::thread::spawn(move || {
+                l.while_closed(P, || {
+                    started.send(()).unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                })
+            })
+        };
+        go.recv().unwrap();
+        let at = std::time::Instant::now();
+        l.assigning([P]);
+        assert!(at.elapsed() >= std::time::Duration::from_millis(100), "assigned during the deletion");
+        assert!(deleting.join().unwrap().is_some());
     }
 
     #[test]

@@ -17,11 +17,14 @@
 //!   while the partitions already owned keep running.
 //! - [`lifecycle`]: the states of a partition's task, the transitions allowed between them,
 //!   and one registry per process shared by the active and the standby tasks.
+//! - [`moved_away`]: deleting the local state of partitions neither owned nor shadowed here
+//!   for `--drop-moved-after` (the decision is pure; the janitor thread does the I/O).
 
 pub mod assignment;
 pub mod driver;
 pub mod imports;
 pub mod lifecycle;
+pub mod moved_away;
 pub mod set;
 pub mod sources;
 pub mod task;

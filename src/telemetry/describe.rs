@@ -72,6 +72,8 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
     ("tidemark_standby_rows_untracked_total", Counter, "Standby outbox rows derived beyond the tracking cap"),
     ("tidemark_standby_rows_settled_total", Counter, "Standby outbox rows recorded with the outcome their owner audited"),
     ("tidemark_standby_promotions_total", Counter, "Partitions handed from a standby task to an active task"),
+    ("tidemark_standby_partition", Gauge, "1 for an input partition this pod keeps a standby task for, 0 once let go"),
+    ("tidemark_state_partitions_dropped_total", Counter, "Partitions whose local state was deleted after they moved away (neither owned nor shadowed for --drop-moved-after)"),
     ("tidemark_microbatch_slice_seconds", Histogram, "Duration of one micro-batch slice"),
     ("tidemark_microbatch_slices_total", Counter, "Micro-batch slices run"),
     ("tidemark_microbatch_staleness_bound_seconds", Gauge, "Bound on the age of the micro-batch results: the schedule interval plus the last slice's duration"),

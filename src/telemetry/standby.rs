@@ -41,3 +41,23 @@ pub fn row_settled() {
 pub fn rows_waiting(rows: usize) {
     gauge!("tidemark_standby_rows_waiting").set(rows as f64);
 }
+
+/// Which partitions this pod keeps a standby task for:
+/// `tidemark_standby_partition{source,partition}` (1 while kept, 0 once let go).
+pub fn partitions(changed: impl IntoIterator<Item = (tidemark_state::PartitionId, bool)>) {
+    for (id, kept) in changed {
+        gauge!("tidemark_standby_partition", "source" => id.role(), "partition" => id.partition.to_string())
+            .set(if kept { 1.0 } else { 0.0 });
+    }
+}
+
+/// Makes the dropped-partitions series exist (at 0).
+pub fn drops_started() {
+    counter!("tidemark_state_partitions_dropped_total").absolute(0);
+}
+
+/// The local state of a partition that moved away (neither owned nor shadowed here for the
+/// grace period) was deleted.
+pub fn dropped(id: tidemark_state::PartitionId) {
+    counter!("tidemark_state_partitions_dropped_total", "source" => id.role()).increment(1);
+}

@@ -283,6 +283,26 @@ impl Store {
             .transpose()
     }
 
+    /// Every partition with a committed checkpoint here, in order.
+    pub fn checkpointed_partitions(&self) -> Result<Vec<PartitionId>, StateError> {
+        let mut out = Vec::new();
+        let from = [CHECKPOINT_TAG];
+        for item in
+            self.db.iterator_cf(self.cf(CF_META), rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward))
+        {
+            let (k, _) = item.map_err(|e| self.rocks(e))?;
+            if k.first() != Some(&CHECKPOINT_TAG) {
+                break;
+            }
+            let (Some(source), Some(partition)) = (k.get(1..3), k.get(3..1 + PartitionId::PREFIX_LEN)) else {
+                continue;
+            };
+            let (Ok(source), Ok(partition)) = (source.try_into(), partition.try_into()) else { continue };
+            out.push(PartitionId { source: u16::from_be_bytes(source), partition: i32::from_be_bytes(partition) });
+        }
+        Ok(out)
+    }
+
     /// Looks up many event ids of one partition in one batched read. Returns the append time
     /// at which each id was first seen, if it is stored.
     pub fn dedup_lookup<S: AsRef<str>>(&self, p: PartitionId, ids: &[S]) -> Result<Vec<Option<i64>>, StateError> {

@@ -95,14 +95,20 @@ Argument: the duration. Fails on anything else (values.schema.json allows only t
 {{- end }}
 
 {{/*
-Standby tasks: "true" when standbys is all, "" when none. Any other value fails
+Standby tasks, as --standbys takes them: "all", a number of copies ("1", "2", ...), or ""
+when none. auto is 1 with snapshots.enabled (unless staticAssignment is true: tidemark
+refuses standbys with --replicas) and none without. Any other value fails
 (values.schema.json rejects it too; this covers --skip-schema-validation).
 */}}
 {{- define "tidemark.standbys" -}}
-{{- $v := toString (.Values.standbys | default "none") }}
-{{- if eq $v "all" }}true
-{{- else if ne $v "none" }}
-{{- fail (printf "standbys must be none or all (not %q)" $v) }}
+{{- $v := "auto" }}
+{{- if hasKey .Values "standbys" }}{{ $v = toString .Values.standbys }}{{ end }}
+{{- if eq $v "auto" }}
+{{- if and .Values.snapshots.enabled (ne (toString .Values.staticAssignment) "true") }}1{{ end }}
+{{- else if eq $v "all" }}all
+{{- else if regexMatch "^[1-9][0-9]*$" $v }}{{ $v }}
+{{- else if not (or (eq $v "none") (eq $v "0")) }}
+{{- fail (printf "standbys must be auto, none, all or a number of copies (not %q)" $v) }}
 {{- end }}
 {{- end }}
 
@@ -121,7 +127,7 @@ too; this covers --skip-schema-validation and the string "true" of `--set-string
 {{- $standbys := include "tidemark.standbys" . }}
 {{- if kindIs "bool" $v }}
 {{- if and $v $standbys }}
-{{- fail "standbys: all needs group-managed assignment, but staticAssignment is true (static, --replicas): set staticAssignment to auto or false, or standbys to none" }}
+{{- fail (printf "standbys: %s needs group-managed assignment, but staticAssignment is true (static, --replicas): set staticAssignment to auto or false, or standbys to none" $standbys) }}
 {{- end }}
 {{- if $v }}true{{ end }}
 {{- else if eq (toString $v) "auto" }}
