@@ -34,6 +34,7 @@
 //! (pruning a SKU later than it would have been changes no output, see
 //! `tidemark_topology::sku`); a SKU never touched again keeps its rows until it is.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -53,15 +54,38 @@ use super::stats::Stats;
 
 type BufferKey = (LogicalTime, u32);
 
-/// A record waiting in the merge buffer, and where it came from: the repartition offset it
-/// is read again from after a restart, or `None` for a row an earlier version persisted in
-/// the store (deleted once released).
+/// Where a buffered record came from, and so how a restart finds it again.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Origin {
+    /// Read from the repartition log at this offset: a restart reads it again from there.
+    Log(i64),
+    /// A row an earlier version persisted in the store's merge buffer (deleted once released).
+    Store,
+    /// Handed over in-process by an upstream task of the same process ([`SkuTask::hand_over`])
+    /// and not read from the log yet: it is still ahead of the task's read position, so a
+    /// restart reads it from the log like any record not yet read.
+    Handed,
+}
+
+/// A record waiting in the merge buffer, and where it came from.
 #[derive(Clone, Debug, PartialEq)]
 struct Buffered {
     derived: Derived,
-    offset: Option<i64>,
+    origin: Origin,
     /// Applied by the window phase already (which runs ahead of the stock phase).
     early_done: bool,
+}
+
+/// What an upstream task of the same process handed this task since both have been held
+/// there ([`SkuTask::hand_over`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct HandOver {
+    /// The upstream position (a source offset) of the first record handed over: every record
+    /// of the upstream at or after it reached this task in-process, in order.
+    since: Option<i64>,
+    /// The log has been read past `since`: everything the upstream sent before the hand-over
+    /// began has been read, so its in-process promises (marks) are true here too.
+    synced: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -108,6 +132,13 @@ pub struct SkuTask {
     early_from: Option<BufferKey>,
     /// Offsets below this were read before the last restart: re-reading them is a replay.
     read_to: i64,
+    /// Per upstream of the same process: what it handed over in-process.
+    handed: BTreeMap<Upstream, HandOver>,
+    /// Promises handed over in-process, above those read from the log (`meta.bounds`). Never
+    /// persisted: the records they let through may be in memory only (handed over, not yet
+    /// read from the log), and after a restart the merge must wait for the log's marks,
+    /// which follow those records there.
+    handed_bounds: BTreeMap<Upstream, LogicalTime>,
     /// Rows an earlier version wrote to the store's merge buffer that were released since
     /// the last commit (deleted in its batch).
     released: Vec<BufferKey>,
@@ -158,7 +189,7 @@ impl SkuTask {
             // before an upgrade are kept (see `Derived::decode`).
             let derived = Derived::decode(&v)?;
             let early_done = early_applied(&phases, &derived);
-            buffer.insert(key, Buffered { derived, offset: None, early_done });
+            buffer.insert(key, Buffered { derived, origin: Origin::Store, early_done });
         }
         Ok(SkuTask {
             id,
@@ -169,6 +200,8 @@ impl SkuTask {
             buffer,
             early_from: None,
             read_to,
+            handed: BTreeMap::new(),
+            handed_bounds: BTreeMap::new(),
             released: Vec::new(),
             uncommitted: false,
             in_flight_keys: Vec::new(),
@@ -238,6 +271,9 @@ impl SkuTask {
                 return true;
             }
         };
+        // A record an upstream of this process handed over already (its echo) counts for
+        // nothing; reading it tells the task that the log caught up with the hand-over.
+        let echo = self.read_in_log(&derived);
         match &derived {
             Derived::Mark { upstream, bound } => {
                 let slot = self.meta.bounds.entry(*upstream).or_insert(*bound);
@@ -247,9 +283,13 @@ impl SkuTask {
                 let upstream = lt.upstream();
                 let Some(seq) = derived.seq() else { return true };
                 let key = (*lt, seq.1);
+                if let Some(b) = self.buffer.get_mut(&key).filter(|b| b.origin == Origin::Handed) {
+                    b.origin = Origin::Log(rec.offset);
+                    return true;
+                }
                 let applied = self.phases.first().is_some_and(|p| p.has_applied(upstream, seq));
                 if applied || self.buffer.contains_key(&key) {
-                    if !replay {
+                    if !replay && !echo {
                         Stats::add(&stats.dedup_hits, 1);
                     }
                     return true;
@@ -264,10 +304,78 @@ impl SkuTask {
                 if !early_done && self.early_from.is_some_and(|from| key < from) {
                     self.early_from = Some(key);
                 }
-                self.buffer.insert(key, Buffered { derived, offset: Some(rec.offset), early_done });
+                self.buffer.insert(key, Buffered { derived, origin: Origin::Log(rec.offset), early_done });
             }
         }
         true
+    }
+
+    /// Notes a record of the log for the hand-over of its upstream: whether it is one the
+    /// upstream handed over already (at or after the position the hand-over began at); the
+    /// first such record means everything the upstream sent before has been read.
+    fn read_in_log(&mut self, derived: &Derived) -> bool {
+        let (upstream, position) = match derived {
+            Derived::Mark { upstream, bound } => (*upstream, bound.offset),
+            Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => (lt.upstream(), lt.offset),
+        };
+        let Some(h) = self.handed.get_mut(&upstream) else { return false };
+        let echo = h.since.is_some_and(|since| position >= since);
+        h.synced |= echo;
+        echo
+    }
+
+    /// Takes a line, snapshot or mark an upstream task of the same process just emitted for
+    /// this partition, before it is read back from the log (SPEC §7: one commit cycle from an
+    /// order to its action instead of two). The record also goes to the log as always; read
+    /// from there it is an echo and changes nothing. Lines and snapshots wait in the merge
+    /// buffer like records read from the log (a restart reads them from the log, since they
+    /// are ahead of the task's read position); a mark raises its upstream's bound only once
+    /// the log has been read past the position the hand-over began at: before that, records
+    /// the upstream sent earlier may still be unread in the log, and its promise would pass
+    /// them. Such a promise lives in memory only (see `handed_bounds`). Call
+    /// [`SkuTask::forget_hand_over`] whenever the upstream's task changes hands.
+    pub fn hand_over(&mut self, derived: Derived) {
+        let (upstream, position) = match &derived {
+            Derived::Mark { upstream, bound } => (*upstream, bound.offset),
+            Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => (lt.upstream(), lt.offset),
+        };
+        if !self.cfg.upstreams.contains(&upstream) {
+            return;
+        }
+        let h = self.handed.entry(upstream).or_default();
+        h.since.get_or_insert(position);
+        let synced = h.synced;
+        match &derived {
+            Derived::Mark { bound, .. } => {
+                let above_log = self.meta.bounds.get(&upstream).is_none_or(|b| *bound > *b);
+                let above_handed = self.handed_bounds.get(&upstream).is_none_or(|b| *bound > *b);
+                if synced && above_log && above_handed {
+                    self.handed_bounds.insert(upstream, *bound);
+                    self.uncommitted = true;
+                }
+            }
+            Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => {
+                let Some(seq) = derived.seq() else { return };
+                let key = (*lt, seq.1);
+                let applied = self.phases.first().is_some_and(|p| p.has_applied(upstream, seq));
+                if applied || self.buffer.contains_key(&key) {
+                    return;
+                }
+                let early_done = early_applied(&self.phases, &derived);
+                if !early_done && self.early_from.is_some_and(|from| key < from) {
+                    self.early_from = Some(key);
+                }
+                self.buffer.insert(key, Buffered { derived, origin: Origin::Handed, early_done });
+                self.uncommitted = true;
+            }
+        }
+    }
+
+    /// The task of `upstream` in this process was let go or replaced: what it handed over
+    /// stays buffered, but its in-process promises count again only once the log has been
+    /// read past what its next task hands over.
+    pub fn forget_hand_over(&mut self, upstream: Upstream) {
+        self.handed.remove(&upstream);
     }
 
     /// Step 2. New outbox rows are appended to `rows` for the dispatcher (after the commit),
@@ -291,7 +399,8 @@ impl SkuTask {
         if self.phases.len() > 1 {
             self.run_ahead(store, batch, rows, stats, now_ms)?;
         }
-        if let Some(bound) = self.phases.first().and_then(|p| p.bound(&self.meta.bounds)) {
+        let bounds = self.bounds();
+        if let Some(bound) = self.phases.first().and_then(|p| p.bound(&bounds)) {
             let single = self.phases.len() == 1;
             while let Some(entry) = self.buffer.first_entry() {
                 if entry.key().0 >= bound {
@@ -301,7 +410,7 @@ impl SkuTask {
                 if single {
                     crate::telemetry::events::merge_released(now_ms - key.0.append_ms);
                 }
-                if buffered.offset.is_none() {
+                if buffered.origin == Origin::Store {
                     self.released.push(key);
                 }
                 Stats::add(&stats.sku_inputs, 1);
@@ -348,7 +457,8 @@ impl SkuTask {
         stats: &Stats,
         now_ms: i64,
     ) -> Result<(), StateError> {
-        let Some(bound) = self.phases.get(1).and_then(|p| p.bound(&self.meta.bounds)) else { return Ok(()) };
+        let bounds = self.bounds();
+        let Some(bound) = self.phases.get(1).and_then(|p| p.bound(&bounds)) else { return Ok(()) };
         let from = self.early_from.map_or(Bound::Unbounded, Bound::Included);
         let mut next = None;
         let mut due: Vec<BufferKey> = Vec::new();
@@ -374,10 +484,30 @@ impl SkuTask {
         Ok(())
     }
 
+    /// Every upstream's promise: the higher of the log's and the one handed over in-process.
+    fn bounds(&self) -> Cow<'_, BTreeMap<Upstream, LogicalTime>> {
+        if self.handed_bounds.is_empty() {
+            return Cow::Borrowed(&self.meta.bounds);
+        }
+        let mut bounds = self.meta.bounds.clone();
+        for (u, b) in &self.handed_bounds {
+            let slot = bounds.entry(*u).or_insert(*b);
+            *slot = (*slot).max(*b);
+        }
+        Cow::Owned(bounds)
+    }
+
     /// The checkpoint as persisted: the in-memory one, moved back to the oldest record still
     /// buffered (a restart reads the log again from there).
     fn resume_checkpoint(&self) -> Checkpoint {
-        let oldest = self.buffer.values().filter_map(|b| b.offset).min();
+        let oldest = self
+            .buffer
+            .values()
+            .filter_map(|b| match b.origin {
+                Origin::Log(offset) => Some(offset),
+                Origin::Store | Origin::Handed => None,
+            })
+            .min();
         let mut checkpoint = self.checkpoint;
         if let Some(offset) = oldest {
             checkpoint.next_offset = checkpoint.next_offset.min(offset);

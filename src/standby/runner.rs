@@ -505,7 +505,8 @@ impl Runner {
         self.skip_control_records();
         let store = Arc::clone(&self.cfg.store);
         let mut batch = store.batch();
-        let finished = self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.stats)?;
+        let finished =
+            self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.stats, |_, _| {})?;
         // The active owner writes the outputs.
         self.out.clear();
         if batch.is_empty() {

@@ -389,6 +389,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     let sink = Arc::new(OutputSink::new(&opts.settings, t)?.reporting_to(Arc::clone(&opts.progress)));
     let mut tasks = TaskSet::new(TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]), sources);
     tasks.set_threads(opts.threads);
+    tasks.set_hand_over(true);
     let latencies = Latencies::default();
     let committer = Committer::start(Shared {
         store: Arc::clone(&store),
@@ -683,27 +684,37 @@ impl Runner {
     /// With `internal.idle_promise = "fence"` ([`fence`]) no clock promise is made: an idle
     /// partition is fenced, and the fence's append time, once read, is its effective append
     /// time.
-    fn marks(&mut self, consumer: &Consumer_) {
-        if let Some(fencer) = &mut self.fencer {
-            if !self.paused {
-                let now = Instant::now();
-                let demand = self.input_at.is_some_and(|at| now.saturating_duration_since(at) < fence::DEMAND_WINDOW)
-                    || self.tasks.tasks().any(|t| t.buffered() > 0);
-                fencer.tick(self.tasks.upstreams(), demand, now);
-            }
-            self.tasks.marks(|_| true, |_, _| None, &mut self.out);
-            return;
-        }
+    ///
+    /// Returned as the step [`TaskSet::finish`] runs between the upstream tasks and the
+    /// others, so the SKU tasks of this process get the promises in the same finish.
+    fn mark_policy<'a>(&self, consumer: &'a Consumer_) -> impl FnOnce(&mut TaskSet, &mut Vec<OutputRecord>) + 'a {
+        let fenced = self.fencer.is_some();
         let (now, now_ms) = (Instant::now(), chrono::Utc::now().timestamp_millis());
         let skew = self.opts.topology.idle_skew_ms + LOG_END_OBSERVED_BEFORE_REPORT_MS;
         let paused = self.paused;
-        let idle_bound = |id: PartitionId, task: &Task| {
-            let at =
-                if paused { None } else { consumer.context().caught_up_at(id, task.next_offset(), LOG_END_FRESH) }?;
-            let report_ms = now_ms - i64::try_from((now - at).as_millis()).unwrap_or(i64::MAX / 2);
-            Some(report_ms - skew)
-        };
-        self.tasks.marks(|_| true, idle_bound, &mut self.out);
+        move |tasks: &mut TaskSet, out: &mut Vec<OutputRecord>| {
+            let idle_bound = |id: PartitionId, task: &Task| {
+                if fenced || paused {
+                    return None;
+                }
+                let at = consumer.context().caught_up_at(id, task.next_offset(), LOG_END_FRESH)?;
+                let report_ms = now_ms - i64::try_from((now - at).as_millis()).unwrap_or(i64::MAX / 2);
+                Some(report_ms - skew)
+            };
+            tasks.marks(|_| true, idle_bound, out);
+        }
+    }
+
+    /// With fences: appends a fence to each idle upstream partition that needs one ([`fence`]).
+    fn tick_fences(&mut self) {
+        let Some(fencer) = &mut self.fencer else { return };
+        if self.paused {
+            return;
+        }
+        let now = Instant::now();
+        let demand = self.input_at.is_some_and(|at| now.saturating_duration_since(at) < fence::DEMAND_WINDOW)
+            || self.tasks.tasks().any(|t| t.buffered() > 0);
+        fencer.tick(self.tasks.upstreams(), demand, now);
     }
 
     /// Publishes `tidemark_task_entries{kind}` (see [`crate::engine::held`]) every
@@ -723,24 +734,29 @@ impl Runner {
     /// Makes everything processed so far durable, in this order:
     /// 1. each task stages its state changes (dedup entries, aggregates, SKU state, merge
     ///    buffer, outbox rows, combine partials) and its checkpoint into one `WriteBatch`
-    ///    (on up to `--threads` threads), and emits outputs; the partials are copied to the
-    ///    combine topic by aggregate key. This runs while the commit thread still writes the
-    ///    batch before: the tasks remember what that batch wrote that they would read back
-    ///    (its dedup ids, its outbox keys), and nothing else they read from the store is in it;
-    /// 2. upstream tasks emit their progress marks (SKU merge and combine expiry);
-    /// 3. every output record is queued in the producer, numbered with the batch: they go
-    ///    out while the batch before is still being written (a line reaches its SKU task a
-    ///    write earlier), and a crash before that write replays them anyway;
-    /// 4. the batch before is waited for (batches become durable in order);
-    /// 5. on the commit thread ([`committer`]): every output of this batch and the ones before
+    ///    (on up to `--threads` threads), and emits outputs ([`TaskSet::finish`]): the
+    ///    upstream tasks first, then their progress marks (SKU merge and combine expiry),
+    ///    then what they emitted for SKU partitions of this process is handed to those tasks,
+    ///    which finish next, so an order's action row can be written in the batch that read
+    ///    the order. The partials are copied to the combine topic by aggregate key. This runs
+    ///    while the commit thread still writes the batch before: the tasks remember what that
+    ///    batch wrote that they would read back (its dedup ids, its outbox keys), and nothing
+    ///    else they read from the store is in it;
+    /// 2. every output record is queued in the producer, numbered with the batch: they go
+    ///    out while the batch before is still being written, and a crash before that write
+    ///    replays them anyway;
+    /// 3. the batch before is waited for (batches become durable in order);
+    /// 4. on the commit thread ([`committer`]): every output of this batch and the ones before
     ///    is acknowledged by the broker, then the batch is written with fsync (state, outbox
     ///    rows and input offsets move together) and the new outbox rows go to the dispatcher;
-    /// 6. at the next commit, the group's committed offsets follow (for lag tools; tidemark
+    /// 5. at the next commit, the group's committed offsets follow (for lag tools; tidemark
     ///    never reads them).
     ///
     /// A crash before the write replays from the previous checkpoint and reproduces the same
     /// outputs and rows; a crash after it resumes after it. Either way no output is lost and
-    /// no action key is produced twice.
+    /// no action key is produced twice. An action row written from a handed-over line is
+    /// durable only with the batch that holds the line's order and after the line itself is
+    /// in the log.
     fn commit(&mut self, consumer: &Consumer_) -> anyhow::Result<()> {
         self.publish_held();
         self.skip_control_records(consumer);
@@ -750,9 +766,10 @@ impl Runner {
         let finishing = Instant::now();
         let store = Arc::clone(&self.store);
         let mut batch = store.batch();
+        self.tick_fences();
+        let marks = self.mark_policy(consumer);
         let progressed =
-            self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.opts.stats)?;
-        self.marks(consumer);
+            self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.opts.stats, marks)?;
         self.latencies.finish.record(finishing.elapsed().as_secs_f64());
         let sent = !self.out.is_empty();
         if sent {

@@ -50,6 +50,10 @@ pub struct DriverConfig {
     pub idle_skew_ms: i64,
     /// Threads a turn's tasks ingest and finish on (`tidemark run --threads`); 1 by default.
     pub threads: usize,
+    /// Whether the upstream tasks hand their lines, snapshots and marks to the SKU tasks
+    /// in-process, as `tidemark run` does (on by default); off, SKU tasks read everything
+    /// from their logs, as when the upstream partitions belong to another process.
+    pub hand_over: bool,
 }
 
 impl DriverConfig {
@@ -62,6 +66,7 @@ impl DriverConfig {
             partitions,
             idle_skew_ms: t.idle_skew_ms,
             threads: 1,
+            hand_over: true,
         }
     }
 }
@@ -128,6 +133,7 @@ impl TopologyDriver {
         }
         let mut tasks = TaskSet::new(cfg.factory.clone(), cfg.sources.clone());
         tasks.set_threads(cfg.threads);
+        tasks.set_hand_over(cfg.hand_over);
         let mut driver = TopologyDriver {
             cfg,
             store: MemStore::new(),
@@ -173,6 +179,13 @@ impl TopologyDriver {
     pub fn set_threads(&mut self, threads: usize) {
         self.cfg.threads = threads.max(1);
         self.tasks.set_threads(self.cfg.threads);
+    }
+
+    /// Turns the in-process hand-over to the SKU tasks on or off from now on (see
+    /// [`TaskSet::set_hand_over`]).
+    pub fn set_hand_over(&mut self, on: bool) {
+        self.cfg.hand_over = on;
+        self.tasks.set_hand_over(on);
     }
 
     /// The broker's clock: the append time of the next record piped in.
@@ -313,17 +326,21 @@ impl TopologyDriver {
         drop(records);
         // 2. Finish: every task with new records stages into one batch; partials go on to
         //    the combine topic.
+        //    Between the upstream tasks and the others: marks of the upstreams that polled (a
+        //    caught-up one promises broker time − skew), then the hand-over of what the
+        //    upstreams emitted to the SKU tasks (when on).
         let mut batch = DeferredWrites::default();
         let mut rows = Vec::new();
-        self.tasks.finish(&self.store, &mut batch, &mut out, &mut rows, &self.stats)?;
-        // 3. Marks of the upstreams that polled; a caught-up one promises broker time − skew.
         let (positions, logs, stalled) = (&self.positions, &self.logs, &self.stalled);
         let idle_at = self.broker_ms - self.cfg.idle_skew_ms;
         let idle_bound = |id: PartitionId, _: &Task| {
             let caught_up = positions.get(&id).copied() == logs.get(&id).map(|l| l.len() as i64);
             (caught_up && !stalled.contains(&id)).then_some(idle_at)
         };
-        self.tasks.marks(|id| polled.contains(&id), idle_bound, &mut out);
+        let marks = |tasks: &mut TaskSet, out: &mut Vec<OutputRecord>| {
+            tasks.marks(|id| polled.contains(&id), idle_bound, out);
+        };
+        self.tasks.finish(&self.store, &mut batch, &mut out, &mut rows, &self.stats, marks)?;
         // 4. Overlapped: the turn before is durable before these outputs go out.
         if let Some((writes, rows)) = self.in_flight.take() {
             counts.actions += self.write(&writes, rows)?;

@@ -10,9 +10,13 @@
 //! - [`TaskSet::skip_control_records`] moves tasks past offsets the consumer stepped over
 //!   without handing a record over (transaction markers, aborted records);
 //! - [`TaskSet::finish`] stages every task with new records into one batch (the tasks on up
-//!   to `--threads` threads, their writes applied in partition order), copies the
-//!   orders tasks' partials to the combine topic ([`Forwarder`]) and emits the combine marks;
-//! - [`TaskSet::marks`] emits the upstream tasks' progress promises to every SKU partition.
+//!   to `--threads` threads, their writes applied in partition order): the upstream tasks
+//!   first, then their progress promises ([`TaskSet::marks`], to every SKU partition), then,
+//!   with [`TaskSet::set_hand_over`], their lines, snapshots and marks for SKU partitions the
+//!   set also holds are handed to those tasks in-process
+//!   ([`crate::engine::sku_task::SkuTask::hand_over`]), then the
+//!   SKU and combine tasks; it copies the orders tasks' partials to the combine topic
+//!   ([`Forwarder`]) and emits the combine marks.
 //!
 //! A task is owned by the set that holds it: a thread's set is a unit, `Send`, so worker
 //! threads can each drive one.
@@ -63,6 +67,11 @@ pub struct Ingested {
     /// False for a record below the task's checkpoint (a re-delivery after a seek) and for a
     /// fence (`tidemark_topology::fence`: a promise, no input record).
     pub counted: bool,
+}
+
+/// Upstream partitions: their tasks mark the SKU merge (orders and inventory).
+fn is_upstream(id: PartitionId) -> bool {
+    id.source == PartitionId::ORDERS || id.source == PartitionId::INVENTORY
 }
 
 /// Below this many records a poll's records are ingested on the calling thread alone: a
@@ -146,6 +155,8 @@ pub struct TaskSet {
     threads: usize,
     /// Cleared [`DeferredWrites`] of earlier threaded finishes, kept with their capacity.
     spare_writes: Vec<DeferredWrites>,
+    /// Whether upstream outputs for SKU partitions held here are handed over in-process.
+    hand_over: bool,
 }
 
 impl TaskSet {
@@ -159,7 +170,25 @@ impl TaskSet {
             last_marks: BTreeMap::new(),
             threads: 1,
             spare_writes: Vec::new(),
+            hand_over: false,
         }
+    }
+
+    /// Hands what upstream tasks emit for SKU partitions this set also holds to those tasks
+    /// in the same finish, before the log brings it back
+    /// ([`crate::engine::sku_task::SkuTask::hand_over`]): an order
+    /// reaches its action in one commit instead of two. For sets whose upstream tasks'
+    /// outputs go to the log (the stream thread, the test driver), never for standby tasks,
+    /// whose upstream outputs are dropped.
+    pub fn set_hand_over(&mut self, on: bool) {
+        if on && !self.hand_over {
+            // What went to the log alone meanwhile may still be unread there.
+            let ids: Vec<PartitionId> = self.ids().collect();
+            for id in ids {
+                self.forget_hand_over(id);
+            }
+        }
+        self.hand_over = on;
     }
 
     /// Lets [`TaskSet::ingest_all`] use up to `threads` threads (1: the caller's alone).
@@ -181,6 +210,7 @@ impl TaskSet {
     }
 
     pub fn insert(&mut self, id: PartitionId, task: Task) {
+        self.forget_hand_over(id);
         self.tasks.insert(id, task);
     }
 
@@ -188,13 +218,28 @@ impl TaskSet {
     pub fn remove(&mut self, id: PartitionId) -> Option<Task> {
         self.last_marks.remove(&id);
         self.combine.revoked(id);
+        self.forget_hand_over(id);
         self.tasks.remove(&id)
     }
 
     /// Takes a task out for a moment (to check it against its log); its marks stay. Put it
     /// back with [`TaskSet::insert`].
     pub fn take(&mut self, id: PartitionId) -> Option<Task> {
+        self.forget_hand_over(id);
         self.tasks.remove(&id)
+    }
+
+    /// The task of upstream `id` changes: what the SKU tasks were handed by the one before
+    /// gives no promise about what the next one hands over.
+    fn forget_hand_over(&mut self, id: PartitionId) {
+        if !is_upstream(id) {
+            return;
+        }
+        for task in self.tasks.values_mut() {
+            if let Task::Sku(t) = task {
+                t.forget_hand_over((id.source, id.partition));
+            }
+        }
     }
 
     pub fn clear(&mut self) {
@@ -337,15 +382,23 @@ impl TaskSet {
     }
 
     /// Stages every task with new records into `batch` (state, outbox rows, checkpoint) and
-    /// emits their outputs into `out` and their new outbox rows into `rows`; then the partials
-    /// the orders tasks emitted are copied to the combine topic by aggregate key, and the
-    /// orders tasks whose maximum event time moved mark every combine partition. Returns what
-    /// the batch holds per partition.
+    /// emits their outputs into `out` and their new outbox rows into `rows`, in this order:
+    /// 1. the upstream tasks (orders, inventory) finish: their lines, snapshots and partials;
+    /// 2. `marks` emits their progress promises (the caller's [`TaskSet::marks`]);
+    /// 3. with [`TaskSet::set_hand_over`], every line, snapshot and mark in `out` (which must
+    ///    hold everything the tasks emitted since the last finish: an inventory task emits its
+    ///    snapshots while it ingests) for SKU partitions this set holds is handed to its task;
+    /// 4. the SKU and combine tasks finish (a SKU task releases what the promises allow);
+    /// 5. the partials the orders tasks emitted are copied to the combine topic by aggregate
+    ///    key, and the orders tasks whose maximum event time moved mark every combine
+    ///    partition.
     ///
-    /// On up to [`TaskSet::set_threads`] threads each task finishes on one thread into writes
-    /// of its own ([`DeferredWrites`]); then, in partition order as the loop on one thread
-    /// goes, its writes are applied to `batch` and its outputs and rows appended: the batch,
-    /// the outputs and the rows are the same whatever the thread count.
+    /// Returns what the batch holds per partition.
+    ///
+    /// On up to [`TaskSet::set_threads`] threads each task of a step finishes on one thread
+    /// into writes of its own ([`DeferredWrites`]); then, in partition order as the loop on
+    /// one thread goes, its writes are applied to `batch` and its outputs and rows appended:
+    /// the batch, the outputs and the rows are the same whatever the thread count.
     pub fn finish<S: StateView + Sync + ?Sized, W: StateWrite>(
         &mut self,
         store: &S,
@@ -353,10 +406,51 @@ impl TaskSet {
         out: &mut Vec<OutputRecord>,
         rows: &mut Vec<(PartitionId, OutboxRow)>,
         stats: &Stats,
+        marks: impl FnOnce(&mut TaskSet, &mut Vec<OutputRecord>),
     ) -> Result<Vec<Finished>, StateError> {
         let from = out.len();
         let mut finished = Vec::new();
-        let busy = self.tasks.values().filter(|t| t.has_uncommitted()).count();
+        self.finish_step(store, batch, out, rows, stats, true, &mut finished)?;
+        marks(self, out);
+        if self.hand_over {
+            // All of `out`: an inventory task emits its snapshots while it ingests, and a
+            // mark must never reach a SKU task ahead of a record its upstream sent before it.
+            self.hand_over(out);
+        }
+        self.finish_step(store, batch, out, rows, stats, false, &mut finished)?;
+        self.combine.forward(out, from);
+        self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), out);
+        Ok(finished)
+    }
+
+    /// Hands every repartition record in `outputs` whose SKU partition has a task here to it.
+    fn hand_over(&mut self, outputs: &[OutputRecord]) {
+        for r in outputs {
+            let (Sink::Repartition, Some(p)) = (r.sink, r.partition) else { continue };
+            let Some(Task::Sku(task)) = self.tasks.get_mut(&PartitionId::sku(p)) else { continue };
+            // Only tidemark writes these; one it cannot read goes by the log, where the SKU
+            // task dead-letters it.
+            if let Ok(derived) = Derived::decode(&r.value) {
+                task.hand_over(derived);
+            }
+        }
+    }
+
+    /// One step of [`TaskSet::finish`]: the tasks with new records that are upstream tasks
+    /// (`upstream`) or the others.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_step<S: StateView + Sync + ?Sized, W: StateWrite>(
+        &mut self,
+        store: &S,
+        batch: &mut W,
+        out: &mut Vec<OutputRecord>,
+        rows: &mut Vec<(PartitionId, OutboxRow)>,
+        stats: &Stats,
+        upstream: bool,
+        finished: &mut Vec<Finished>,
+    ) -> Result<(), StateError> {
+        let due = |id: &PartitionId, t: &Task| is_upstream(*id) == upstream && t.has_uncommitted();
+        let busy = self.tasks.iter().filter(|(id, t)| due(id, t)).count();
         let finished_now = |id: PartitionId, task: &Task| Finished {
             id,
             next_offset: task.next_offset(),
@@ -367,7 +461,7 @@ impl TaskSet {
             let mut shares: Vec<Finishing<'_>> = self
                 .tasks
                 .iter_mut()
-                .filter(|(_, t)| t.has_uncommitted())
+                .filter(|(id, t)| due(id, t))
                 .map(|(id, task)| Finishing {
                     id: *id,
                     work: task.work(),
@@ -396,14 +490,12 @@ impl TaskSet {
                 self.spare_writes.push(share.writes);
             }
         } else {
-            for (id, task) in self.tasks.iter_mut().filter(|(_, t)| t.has_uncommitted()) {
+            for (id, task) in self.tasks.iter_mut().filter(|(id, t)| due(id, t)) {
                 task.finish(store, batch, out, rows, stats)?;
                 finished.push(finished_now(*id, task));
             }
         }
-        self.combine.forward(out, from);
-        self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), out);
-        Ok(finished)
+        Ok(())
     }
 
     /// Progress promises of the upstream tasks `include` selects, to every SKU partition. A
