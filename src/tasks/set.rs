@@ -119,6 +119,16 @@ fn on_threads<T: Send>(shares: &mut [T], threads: usize, work: impl Fn(&T) -> us
     });
 }
 
+/// What a [`TaskSet::finish`] stages into and emits to, and what it finished so far.
+struct Staging<'a, S: ?Sized, W> {
+    store: &'a S,
+    batch: &'a mut W,
+    out: &'a mut Vec<OutputRecord>,
+    rows: &'a mut Vec<(PartitionId, OutboxRow)>,
+    stats: &'a Stats,
+    finished: Vec<Finished>,
+}
+
 /// One task's finish on a worker thread, and what it made.
 struct Finishing<'a> {
     id: PartitionId,
@@ -409,18 +419,18 @@ impl TaskSet {
         marks: impl FnOnce(&mut TaskSet, &mut Vec<OutputRecord>),
     ) -> Result<Vec<Finished>, StateError> {
         let from = out.len();
-        let mut finished = Vec::new();
-        self.finish_step(store, batch, out, rows, stats, true, &mut finished)?;
-        marks(self, out);
+        let mut st = Staging { store, batch, out, rows, stats, finished: Vec::new() };
+        self.finish_step(&mut st, true)?;
+        marks(self, st.out);
         if self.hand_over {
             // All of `out`: an inventory task emits its snapshots while it ingests, and a
             // mark must never reach a SKU task ahead of a record its upstream sent before it.
-            self.hand_over(out);
+            self.hand_over(st.out);
         }
-        self.finish_step(store, batch, out, rows, stats, false, &mut finished)?;
-        self.combine.forward(out, from);
-        self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), out);
-        Ok(finished)
+        self.finish_step(&mut st, false)?;
+        self.combine.forward(st.out, from);
+        self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), st.out);
+        Ok(st.finished)
     }
 
     /// Hands every repartition record in `outputs` whose SKU partition has a task here to it.
@@ -438,17 +448,13 @@ impl TaskSet {
 
     /// One step of [`TaskSet::finish`]: the tasks with new records that are upstream tasks
     /// (`upstream`) or the others.
-    #[allow(clippy::too_many_arguments)]
     fn finish_step<S: StateView + Sync + ?Sized, W: StateWrite>(
         &mut self,
-        store: &S,
-        batch: &mut W,
-        out: &mut Vec<OutputRecord>,
-        rows: &mut Vec<(PartitionId, OutboxRow)>,
-        stats: &Stats,
+        st: &mut Staging<'_, S, W>,
         upstream: bool,
-        finished: &mut Vec<Finished>,
     ) -> Result<(), StateError> {
+        let Staging { store, batch, out, rows, stats, finished } = st;
+        let (store, stats, batch, out, rows) = (*store, *stats, &mut **batch, &mut **out, &mut **rows);
         let due = |id: &PartitionId, t: &Task| is_upstream(*id) == upstream && t.has_uncommitted();
         let busy = self.tasks.iter().filter(|(id, t)| due(id, t)).count();
         let finished_now = |id: PartitionId, task: &Task| Finished {
