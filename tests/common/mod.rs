@@ -258,8 +258,26 @@ pub fn without_as_of(values: &BTreeMap<Vec<u8>, Vec<u8>>) -> BTreeMap<Vec<u8>, s
 }
 
 /// A port that was free a moment ago on 127.0.0.1.
+///
+/// Taken below the kernel's ephemeral range (32768–60999 by default): a port the kernel hands
+/// out for `:0` is also where any process's next outgoing connection (a Kafka client's) may
+/// take its local port, so it could be in use again by the time the process under test binds
+/// it ("Address already in use", seen in CI). Each call in this process tries the next port
+/// of its own stretch, starting from one derived from the process id.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = (std::process::id() * 397) % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(FIRST + (start + n) % SPAN).expect("port");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 /// A minimal HTTP/1.1 request; returns (status, body). `None` when nothing listens yet.
