@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use chrono::NaiveDate;
 use tidemark_state::{codec, Checkpoint, Namespace, PartitionId, StateError, StateView, StateWrite, Store};
 use tidemark_topology::config::Topology;
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
@@ -43,6 +44,10 @@ pub struct TaskConfig {
     pub finance_tz: chrono_tz::Tz,
     /// The topology's normalisation limits (identifier length), shared by every mode.
     pub limits: NormalizeLimits,
+    /// Whether a stream may hold changed rows back between publications
+    /// (`state.publish_interval` above 0): a restored task then publishes every live row
+    /// again, since its last owner may have committed changes it had not published yet.
+    pub publish_deferred: bool,
 }
 
 impl TaskConfig {
@@ -56,6 +61,7 @@ impl TaskConfig {
             sku_partitions,
             finance_tz: t.finance_time_zone,
             limits: t.normalize,
+            publish_deferred: t.publish_interval_ms > 0,
         }
     }
 
@@ -78,9 +84,12 @@ struct Pending {
     late: Option<(Option<Vec<u8>>, Vec<u8>, i64)>,
 }
 
+/// A live aggregate: `dirty` until its state is staged (every finish), `unpublished` until
+/// its row is emitted (a finish that publishes, or the one that expires it).
 struct Entry<A> {
     agg: A,
     dirty: bool,
+    unpublished: bool,
 }
 
 pub struct OrdersTask {
@@ -103,6 +112,17 @@ pub struct OrdersTask {
     in_flight_dedup: HashMap<String, i64>,
     /// Indexes of the pending events a finish put (reused).
     put: Vec<usize>,
+    /// Whether the next finish emits the rows of changed aggregates ([`OrdersTask::publish`]).
+    publishing: bool,
+    /// Whether some aggregate's row is not emitted yet.
+    unpublished: bool,
+}
+
+/// Whether every window of business `day` has expired at watermark `wm`: its row can never
+/// change again.
+fn day_expired(calendar: &DayCalendar, window: &WindowPolicy, day: NaiveDate, size_ms: i64, wm: Option<i64>) -> bool {
+    let last_window = calendar.day_end_ms(day).map(|end| window_start(end - 1, size_ms));
+    last_window.is_some_and(|start| window.expired(start, wm))
 }
 
 impl OrdersTask {
@@ -113,15 +133,18 @@ impl OrdersTask {
         for (k, v) in store.load_aggregates(id, Namespace::Dashboard)? {
             let key: DashKey = codec::decode("dashboard key", &k)?;
             let agg: DashAgg = codec::decode("dashboard aggregate", &v)?;
-            aggs.insert(key, Entry { agg, dirty: false });
+            aggs.insert(key, Entry { agg, dirty: false, unpublished: cfg.publish_deferred });
         }
         let mut days = BTreeMap::new();
         for (k, v) in store.load_aggregates(id, Namespace::Finance)? {
             let key: ProvKey = codec::decode("finance key", &k)?;
             let agg: ProvAgg = codec::decode("finance row", &v)?;
-            days.insert(key, Entry { agg, dirty: false });
+            days.insert(key, Entry { agg, dirty: false, unpublished: cfg.publish_deferred });
         }
+        let unpublished = cfg.publish_deferred && !(aggs.is_empty() && days.is_empty());
         Ok(OrdersTask {
+            publishing: true,
+            unpublished,
             calendar: DayCalendar::new(cfg.finance_tz),
             id,
             cfg,
@@ -225,6 +248,19 @@ impl OrdersTask {
         true
     }
 
+    /// Whether the next finishes emit the rows of the aggregates that changed (the default),
+    /// or only stage their state and hold the rows back until a finish that does: the
+    /// stream publishes once per `state.publish_interval`. A row is never held past the
+    /// finish that expires its aggregate.
+    pub fn publish(&mut self, on: bool) {
+        self.publishing = on;
+    }
+
+    /// Whether a finish that publishes would emit rows held back.
+    pub fn has_unpublished(&self) -> bool {
+        self.unpublished
+    }
+
     /// Step 2: dedup, apply, emit and stage the commit. Clears the pending events.
     pub fn finish<S: StateView + ?Sized, W: StateWrite>(
         &mut self,
@@ -268,12 +304,20 @@ impl OrdersTask {
             Stats::add(&stats.events_applied, 1);
             self.derive_lines(p, out);
             if let Some(key) = dashboard::key_for(&p.event, size_ms) {
-                let entry = self.aggs.entry(key).or_insert_with(|| Entry { agg: DashAgg::default(), dirty: false });
+                let entry = self.aggs.entry(key).or_insert_with(|| Entry {
+                    agg: DashAgg::default(),
+                    dirty: false,
+                    unpublished: false,
+                });
                 dashboard::apply(&mut entry.agg, &p.event, p.append_ms);
                 entry.dirty = true;
             }
             if let Some(key) = provisional::key_for(&p.event, &mut self.calendar) {
-                let entry = self.days.entry(key).or_insert_with(|| Entry { agg: ProvAgg::default(), dirty: false });
+                let entry = self.days.entry(key).or_insert_with(|| Entry {
+                    agg: ProvAgg::default(),
+                    dirty: false,
+                    unpublished: false,
+                });
                 entry.agg.apply(&p.event, p.append_ms);
                 entry.dirty = true;
             }
@@ -294,9 +338,20 @@ impl OrdersTask {
         }
         self.put = put;
 
-        for (key, entry) in self.aggs.iter_mut().filter(|(_, e)| e.dirty) {
-            entry.dirty = false;
-            batch.put_aggregate(self.id, Namespace::Dashboard, &codec::encode(key)?, &codec::encode(&entry.agg)?);
+        // Rows of aggregates that expire in this finish are emitted now, published or not.
+        let wm = self.watermark.value(self.cfg.window.allowed_lateness_ms);
+        let mut held_back = false;
+        for (key, entry) in self.aggs.iter_mut().filter(|(_, e)| e.dirty || e.unpublished) {
+            if entry.dirty {
+                entry.dirty = false;
+                entry.unpublished = true;
+                batch.put_aggregate(self.id, Namespace::Dashboard, &codec::encode(key)?, &codec::encode(&entry.agg)?);
+            }
+            if !self.publishing && !self.cfg.window.expired(key.window_start_ms, wm) {
+                held_back = true;
+                continue;
+            }
+            entry.unpublished = false;
             out.push(OutputRecord {
                 sink: Sink::Dashboard,
                 key: Some(dashboard::record_key(key, self.id.partition).into_bytes()),
@@ -306,9 +361,17 @@ impl OrdersTask {
             });
         }
 
-        for (key, entry) in self.days.iter_mut().filter(|(_, e)| e.dirty) {
-            entry.dirty = false;
-            batch.put_aggregate(self.id, Namespace::Finance, &codec::encode(key)?, &codec::encode(&entry.agg)?);
+        for (key, entry) in self.days.iter_mut().filter(|(_, e)| e.dirty || e.unpublished) {
+            if entry.dirty {
+                entry.dirty = false;
+                entry.unpublished = true;
+                batch.put_aggregate(self.id, Namespace::Finance, &codec::encode(key)?, &codec::encode(&entry.agg)?);
+            }
+            if !self.publishing && !day_expired(&self.calendar, &self.cfg.window, key.day, size_ms, wm) {
+                held_back = true;
+                continue;
+            }
+            entry.unpublished = false;
             out.push(OutputRecord {
                 sink: Sink::Finance,
                 key: Some(provisional::record_key(key, self.id.partition).into_bytes()),
@@ -318,7 +381,7 @@ impl OrdersTask {
             });
         }
 
-        let wm = self.watermark.value(self.cfg.window.allowed_lateness_ms);
+        self.unpublished = held_back;
         while let Some(entry) = self.aggs.first_entry() {
             if !self.cfg.window.expired(entry.key().window_start_ms, wm) {
                 break;
@@ -329,8 +392,7 @@ impl OrdersTask {
         // A day's row is dropped once its last window has expired: every later event of that
         // day goes to the late output, so the row can never change again.
         while let Some(entry) = self.days.first_entry() {
-            let last_window = self.calendar.day_end_ms(entry.key().day).map(|end| window_start(end - 1, size_ms));
-            if !last_window.is_some_and(|start| self.cfg.window.expired(start, wm)) {
+            if !day_expired(&self.calendar, &self.cfg.window, entry.key().day, size_ms, wm) {
                 break;
             }
             batch.delete_aggregate(self.id, Namespace::Finance, &codec::encode(entry.key())?);

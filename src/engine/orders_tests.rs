@@ -171,8 +171,10 @@ fn a_late_event_revises_its_business_day_row_with_a_higher_version_after_a_resta
     drop(task);
     let mut restored = h.task();
     let late = h.batch(&mut restored, &[(2, T0 + 16 * HOUR, placed("c", T0 + 14 * HOUR, 3))]);
+    // The restored task publishes its live rows again: the 29th as it was.
     let f = finance(&late);
-    assert_eq!(f.len(), 1);
+    assert_eq!(f.len(), 2);
+    assert_eq!(f[1], finance(&first)[1], "the unchanged day again, the same row");
     assert_eq!(
         (f[0]["day"].as_str(), f[0]["orders"].as_u64(), f[0]["gross"].as_str(), f[0]["version"].as_u64()),
         (Some("2025-11-28"), Some(2), Some("50.00"), Some(2))
@@ -191,4 +193,51 @@ fn a_business_day_row_leaves_the_store_once_its_last_window_has_expired() {
     h.batch(&mut task, &[(2, T0 + 22 * HOUR, placed("c", T0 + 22 * HOUR, 1))]);
     let stored = h.store.load_aggregates(h.id, tidemark_state::Namespace::Finance).expect("load");
     assert_eq!(stored.len(), 1, "only the 29th remains");
+}
+
+#[test]
+fn rows_held_back_go_out_at_the_next_publishing_finish_with_their_latest_value_while_their_state_is_committed_at_every_finish(
+) {
+    let h = Harness::new();
+    let mut task = h.task();
+    task.publish(false);
+    let first = h.batch(&mut task, &[(0, T0, placed("e1", T0, 1))]);
+    assert!(dashboard(&first).is_empty() && finance(&first).is_empty(), "held back");
+    let stored = h.store.load_aggregates(h.id, tidemark_state::Namespace::Dashboard).expect("load");
+    assert_eq!(stored.len(), 1, "the state is committed all the same");
+    assert!(dashboard(&h.batch(&mut task, &[(1, T0 + 5, placed("e2", T0 + 1, 2))])).is_empty());
+    assert!(task.has_unpublished());
+    task.publish(true);
+    let published = h.batch(&mut task, &[]);
+    let d = dashboard(&published);
+    assert_eq!((d.len(), d[0]["units"].as_u64(), d[0]["version"].as_u64()), (1, Some(3), Some(2)));
+    assert_eq!(finance(&published).len(), 1);
+    assert!(!task.has_unpublished());
+    assert!(dashboard(&h.batch(&mut task, &[])).is_empty(), "published once");
+}
+
+#[test]
+fn a_row_held_back_goes_out_in_the_finish_that_expires_its_window() {
+    let h = Harness::new();
+    let mut task = h.task();
+    task.publish(false);
+    h.batch(&mut task, &[(0, T0, placed("a", T0, 1))]);
+    let out = h.batch(&mut task, &[(1, T0 + 9 * HOUR, placed("b", T0 + 9 * HOUR, 1))]);
+    let d = dashboard(&out);
+    assert_eq!(d.len(), 1, "the expired window's row only: {d:?}");
+    assert_eq!((d[0]["window_start"].as_str(), d[0]["units"].as_u64()), (Some("2025-11-28T00:00:00.000Z"), Some(1)));
+    assert!(task.has_unpublished(), "the live window's row is still held");
+}
+
+#[test]
+fn a_restored_task_publishes_its_live_rows_again_as_its_last_owner_may_have_held_them_back() {
+    let h = Harness::new();
+    let mut task = h.task();
+    task.publish(false);
+    assert!(dashboard(&h.batch(&mut task, &[(0, T0, placed("a", T0, 4))])).is_empty());
+    drop(task);
+    let mut restored = h.task();
+    assert!(restored.has_unpublished());
+    let d = dashboard(&h.batch(&mut restored, &[]));
+    assert_eq!((d.len(), d[0]["units"].as_u64(), d[0]["version"].as_u64()), (1, Some(4), Some(1)));
 }

@@ -144,6 +144,8 @@ struct Runner {
     polled_at: Vec<Instant>,
     /// When the last input (orders, inventory) record was applied: the fencer's demand.
     input_at: Option<Instant>,
+    /// When the tasks last published their aggregates' rows (`state.publish_interval`).
+    published_at: Instant,
 }
 
 /// The most records gathered from the queue before they are handed to their tasks together.
@@ -433,6 +435,7 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         input_at: None,
         ingested: Vec::new(),
         polled_at: Vec::new(),
+        published_at: Instant::now(),
     };
     let result = runner.run_loop(&consumer);
     // No import outlives the stream (it writes the store this run's restart reopens).
@@ -767,6 +770,8 @@ impl Runner {
         let store = Arc::clone(&self.store);
         let mut batch = store.batch();
         self.tick_fences();
+        let publish = self.publish_due();
+        self.tasks.set_publishing(publish);
         let marks = self.mark_policy(consumer);
         let progressed =
             self.tasks.finish(store.as_ref(), &mut batch, &mut self.out, &mut self.rows, &self.opts.stats, marks)?;
@@ -793,6 +798,20 @@ impl Runner {
         })?;
         self.in_flight = progressed;
         Ok(())
+    }
+
+    /// Whether this commit publishes the aggregates' rows that changed: once per
+    /// `state.publish_interval`, and at every commit of a stream that is stopping or exits
+    /// at the end of its input (what it committed is published before it ends).
+    fn publish_due(&mut self) -> bool {
+        let every = Duration::from_millis(self.opts.topology.publish_interval_ms);
+        let ending = self.opts.stop.load(Ordering::Relaxed)
+            || self.opts.exit_at_end.as_ref().is_some_and(|f| f.load(Ordering::Relaxed));
+        let due = ending || self.published_at.elapsed() >= every;
+        if due {
+            self.published_at = Instant::now();
+        }
+        due
     }
 
     /// Waits for the batch in flight; once it is durable, lets compaction drop dedup entries

@@ -188,6 +188,13 @@ impl TopologyDriver {
         self.tasks.set_hand_over(on);
     }
 
+    /// Whether the next turns publish the aggregates' rows (the default) or hold them back
+    /// until a turn that does, as the stream does between two `state.publish_interval`
+    /// ticks (see [`TaskSet::set_publishing`]).
+    pub fn set_publishing(&mut self, on: bool) {
+        self.tasks.set_publishing(on);
+    }
+
     /// The broker's clock: the append time of the next record piped in.
     pub fn now_ms(&self) -> i64 {
         self.broker_ms

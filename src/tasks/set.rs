@@ -167,6 +167,8 @@ pub struct TaskSet {
     spare_writes: Vec<DeferredWrites>,
     /// Whether upstream outputs for SKU partitions held here are handed over in-process.
     hand_over: bool,
+    /// Whether the next finish publishes the aggregates' rows ([`TaskSet::set_publishing`]).
+    publishing: bool,
 }
 
 impl TaskSet {
@@ -181,7 +183,18 @@ impl TaskSet {
             threads: 1,
             spare_writes: Vec::new(),
             hand_over: false,
+            publishing: true,
         }
+    }
+
+    /// Whether the next [`TaskSet::finish`] publishes the rows of aggregates that changed
+    /// (the default, every finish) or holds them back, staging only their state: the stream
+    /// publishes once per `state.publish_interval`, so most commits carry lines and actions
+    /// only. A finish that publishes also finishes the tasks with rows held back and no new
+    /// records, and only it marks the combine partitions: a mark follows every partial it
+    /// covers. Rows of an aggregate that expires go out in any finish.
+    pub fn set_publishing(&mut self, on: bool) {
+        self.publishing = on;
     }
 
     /// Hands what upstream tasks emit for SKU partitions this set also holds to those tasks
@@ -419,6 +432,10 @@ impl TaskSet {
         marks: impl FnOnce(&mut TaskSet, &mut Vec<OutputRecord>),
     ) -> Result<Vec<Finished>, StateError> {
         let from = out.len();
+        let publishing = self.publishing;
+        for task in self.tasks.values_mut() {
+            task.publish(publishing);
+        }
         let mut st = Staging { store, batch, out, rows, stats, finished: Vec::new() };
         self.finish_step(&mut st, true)?;
         marks(self, st.out);
@@ -429,7 +446,9 @@ impl TaskSet {
         }
         self.finish_step(&mut st, false)?;
         self.combine.forward(st.out, from);
-        self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), st.out);
+        if publishing {
+            self.combine.marks(self.tasks.iter().map(|(id, t)| (id, t.checkpoint())), st.out);
+        }
         Ok(st.finished)
     }
 
@@ -455,7 +474,10 @@ impl TaskSet {
     ) -> Result<(), StateError> {
         let Staging { store, batch, out, rows, stats, finished } = st;
         let (store, stats, batch, out, rows) = (*store, *stats, &mut **batch, &mut **out, &mut **rows);
-        let due = |id: &PartitionId, t: &Task| is_upstream(*id) == upstream && t.has_uncommitted();
+        let publishing = self.publishing;
+        let due = |id: &PartitionId, t: &Task| {
+            is_upstream(*id) == upstream && (t.has_uncommitted() || (publishing && t.has_unpublished()))
+        };
         let busy = self.tasks.iter().filter(|(id, t)| due(id, t)).count();
         let finished_now = |id: PartitionId, task: &Task| Finished {
             id,

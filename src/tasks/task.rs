@@ -133,6 +133,19 @@ impl Task {
         }
     }
 
+    /// Whether its next finish emits the rows it holds back, or holds them (see
+    /// [`crate::engine::orders::OrdersTask::publish`]); only orders tasks hold rows back.
+    pub fn publish(&mut self, on: bool) {
+        if let Task::Orders(t) = self {
+            t.publish(on);
+        }
+    }
+
+    /// Whether a finish that publishes has rows to emit although nothing new came in.
+    pub fn has_unpublished(&self) -> bool {
+        matches!(self, Task::Orders(t) if t.has_unpublished())
+    }
+
     /// See [`tidemark_state::Checkpoint::skip_to`].
     pub fn skip_to(&mut self, offset: i64) {
         match self {

@@ -70,6 +70,7 @@ pub(super) fn compile(raw: RawTopology, source: &Source, errors: &mut Vec<Config
         dedup_retention_ms: state.dedup_retention.unwrap_or(0),
         commit_interval_ms: u64::try_from(state.commit_interval.unwrap_or(1)).unwrap_or(0),
         commit_linger_ms: state.commit_linger.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0),
+        publish_interval_ms: state.publish_interval.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0),
         max_batch_records: state.max_batch_records,
         dashboard_window: WindowPolicy {
             size_ms: window.size.unwrap_or(1),
@@ -250,6 +251,7 @@ struct State {
     dedup_retention: Option<i64>,
     commit_interval: Option<i64>,
     commit_linger: Option<i64>,
+    publish_interval: Option<i64>,
     max_batch_records: usize,
 }
 
@@ -262,11 +264,12 @@ fn state(c: &mut Checker, raw: RawState) -> State {
             c.error("state.commit_linger", format!("must not exceed state.commit_interval ({interval} ms)"));
         }
     }
+    let publish_interval = c.duration_ms("state.publish_interval", &raw.publish_interval);
     let max_batch_records = usize::try_from(raw.max_batch_records).unwrap_or(0);
     if max_batch_records == 0 {
         c.error("state.max_batch_records", "must be a positive integer");
     }
-    State { dedup_retention, commit_interval, commit_linger, max_batch_records }
+    State { dedup_retention, commit_interval, commit_linger, publish_interval, max_batch_records }
 }
 
 /// `[windows.dashboard]` in milliseconds (`None` where a value was wrong and reported).

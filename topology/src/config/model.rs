@@ -55,6 +55,11 @@ pub struct Topology {
     /// How long a batch lingers, once the previous commit is durable, before it is committed
     /// (`state.commit_linger`); `commit_interval_ms` is the longest it waits.
     pub commit_linger_ms: u64,
+    /// How often the stream publishes the aggregates' rows (dashboard and provisional
+    /// partials, and from them the combined rows) that changed since it last did
+    /// (`state.publish_interval`); 0: at every commit. Their state is committed at every
+    /// commit either way.
+    pub publish_interval_ms: u64,
     pub max_batch_records: usize,
     pub dashboard_window: WindowPolicy,
     pub finance_time_zone: chrono_tz::Tz,

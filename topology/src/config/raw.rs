@@ -159,6 +159,8 @@ pub(super) struct RawState {
     pub(super) commit_interval: String,
     #[serde(default = "default_commit_linger")]
     pub(super) commit_linger: String,
+    #[serde(default = "default_publish_interval")]
+    pub(super) publish_interval: String,
     #[serde(default = "default_max_batch")]
     pub(super) max_batch_records: i64,
 }
@@ -169,6 +171,7 @@ impl Default for RawState {
             dedup_retention: default_dedup_retention(),
             commit_interval: default_commit_interval(),
             commit_linger: default_commit_linger(),
+            publish_interval: default_publish_interval(),
             max_batch_records: default_max_batch(),
         }
     }
@@ -182,6 +185,9 @@ fn default_commit_interval() -> String {
 }
 fn default_commit_linger() -> String {
     "2ms".into()
+}
+fn default_publish_interval() -> String {
+    "1s".into()
 }
 fn default_max_batch() -> i64 {
     20_000

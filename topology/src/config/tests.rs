@@ -27,6 +27,20 @@ fn every_error_is_reported_at_once_with_its_path() {
 }
 
 #[test]
+fn rows_are_published_every_second_unless_the_topology_says_otherwise() {
+    let t = parse(EXAMPLE, "t.toml").expect("valid");
+    assert_eq!(t.publish_interval_ms, 1000);
+    let without = EXAMPLE.replace("publish_interval = \"1s\"\n", "");
+    assert_ne!(without, EXAMPLE);
+    assert_eq!(parse(&without, "t.toml").expect("valid").publish_interval_ms, 1000);
+    let every = EXAMPLE.replace("publish_interval = \"1s\"", "publish_interval = \"0s\"");
+    assert_eq!(parse(&every, "t.toml").expect("valid").publish_interval_ms, 0);
+    let bad = EXAMPLE.replace("publish_interval = \"1s\"", "publish_interval = \"soon\"");
+    let err = parse(&bad, "t.toml").expect_err("not a duration");
+    assert_eq!(err.errors[0].path, "state.publish_interval", "{err}");
+}
+
+#[test]
 fn a_commit_linger_defaults_to_2ms_and_may_not_exceed_the_commit_interval() {
     let t = parse(EXAMPLE, "t.toml").expect("valid");
     assert_eq!((t.commit_interval_ms, t.commit_linger_ms), (200, 2));
