@@ -159,7 +159,7 @@ class Tidemark:
     def start(self, topology, state_dir, group, http_port, log_path, bootstrap, extra=(), env=None, exit_at_end=False):
         """`tidemark run` in the background (Popen); rules in act mode are signed with a fixed key."""
         cmd = [self.bin, "run", "--bootstrap", bootstrap, "--topology", topology, "--state-dir", state_dir, "--group", group,
-               "--log", "warn", *extra]
+               "--log", os.environ.get("BENCH_TIDEMARK_LOG", "warn"), *extra]
         if http_port:
             cmd += ["--http-addr", f"127.0.0.1:{http_port}", "--backlog-probe-every", "1", "--admin-addr", "off"]
         if exit_at_end:
