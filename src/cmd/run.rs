@@ -80,17 +80,35 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
             Some((ordinal, replicas))
         }
     };
+    // The store opens (after a crash: replays its write-ahead log) while the broker is
+    // checked and the endpoints start: all three are on the way to the first action after a
+    // restart (issue 33). Both results are taken before anything reads the input or the
+    // store; an error stops the process there.
+    let opening = {
+        let (dir, budget) = (args.state_dir.clone(), args.state_memtable_mb.saturating_mul(1 << 20));
+        let o = stream::store_options(&topology, &args.group, budget);
+        std::thread::Builder::new()
+            .name("tidemark-open".into())
+            .spawn(move || {
+                let started = Instant::now();
+                stream::open_store_at(&dir, o).map(|store| (store, started.elapsed()))
+            })
+            .context("starting the thread that opens the store")?
+    };
     if args.create_topics {
         let created = rt.block_on(admin::ensure_topics(&settings, &topology, args.replication))?;
         if !created.is_empty() {
             info!(topics = ?created, "created topics");
         }
     }
-    rt.block_on(admin::check_log_append_time(
-        &settings,
-        &[&topology.orders.topic, &topology.inventory.topic],
-        args.allow_create_time,
-    ))?;
+    let checking = {
+        let (s, allow) = (settings.clone(), args.allow_create_time);
+        let inputs = [topology.orders.topic.clone(), topology.inventory.topic.clone()];
+        rt.spawn(async move {
+            let started = Instant::now();
+            admin::check_log_append_time(&s, &[&inputs[0], &inputs[1]], allow).await.map(|()| started.elapsed())
+        })
+    };
     let stop = Arc::new(AtomicBool::new(false));
     signal::install_handler(rt, Arc::clone(&stop));
     let stats = Arc::new(Stats::default());
@@ -143,10 +161,21 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         memtable_budget_bytes: args.state_memtable_mb.saturating_mul(1 << 20),
         threads: args.threads.map_or_else(stream::default_threads, usize::from),
     };
-    let opening = Instant::now();
-    let store = stream::open_store(&opts)?;
+    let waited = Instant::now();
+    let checked = rt.block_on(checking).context("checking the input topics")??;
+    tracing::info!(
+        took_ms = checked.as_millis() as u64,
+        waited_ms = waited.elapsed().as_millis() as u64,
+        "input topics checked (LogAppendTime)"
+    );
+    let waited = Instant::now();
+    let (store, took) = opening.join().map_err(|_| anyhow::anyhow!("the thread opening the store panicked"))??;
     opts.progress.store_opened();
-    tracing::info!(took_ms = opening.elapsed().as_millis() as u64, "state store opened");
+    tracing::info!(
+        took_ms = took.as_millis() as u64,
+        waited_ms = waited.elapsed().as_millis() as u64,
+        "state store opened"
+    );
     let disk = telemetry::disk::spawn(opts.state_dir.clone(), Arc::clone(&store), Arc::clone(&stop));
     let actions = actions::spawn(
         rt,

@@ -246,7 +246,9 @@ pub async fn check_log_append_time(
     allow_create_time: bool,
 ) -> anyhow::Result<()> {
     use rdkafka::admin::{ConfigSource, OwnedResourceSpecifier, ResourceSpecifier};
+    let listing = std::time::Instant::now();
     require_listed(settings, topics).await?;
+    tracing::debug!(took_ms = listing.elapsed().as_millis() as u64, "input topics listed");
     let admin: AdminClient<DefaultClientContext> = settings.client_config().create()?;
     let specs: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
@@ -258,7 +260,10 @@ pub async fn check_log_append_time(
         let mut unknown = Vec::new();
         let described =
             answered(settings, "describing the input topics' configs", admin.describe_configs(&specs, &opts));
-        for result in described.await? {
+        let describing = std::time::Instant::now();
+        let described = described.await?;
+        tracing::debug!(took_ms = describing.elapsed().as_millis() as u64, "input topics' configs described");
+        for result in described {
             let resource = match result {
                 Ok(r) => r,
                 // Deleted since it was listed: the stream reports it where partitions are counted.
@@ -284,6 +289,9 @@ pub async fn check_log_append_time(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    // Dropping an admin client joins its polling thread, which waits up to 100 ms for an
+    // event that will not come: off the start-up path (the first action after a restart).
+    let _ = std::thread::Builder::new().name("tidemark-admin-drop".into()).spawn(move || drop(admin));
     if !unknown.is_empty() {
         tracing::warn!(topics = ?unknown, "the broker did not say these topics' message.timestamp.type; not checked");
     }

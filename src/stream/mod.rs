@@ -155,17 +155,24 @@ const CHUNK: usize = 1024;
 const HELD_EVERY: Duration = Duration::from_secs(15);
 
 pub fn open_store(opts: &StreamOptions) -> anyhow::Result<Arc<Store>> {
-    let t = &opts.topology;
-    std::fs::create_dir_all(&opts.state_dir).with_context(|| format!("creating {}", opts.state_dir.display()))?;
-    Ok(Arc::new(Store::open(
-        &opts.state_dir,
-        &StoreOptions {
-            owner: format!("{}/{}", t.name, opts.group_id),
-            dedup_retention_ms: Some(t.dedup_retention_ms),
-            memtable_budget_bytes: opts.memtable_budget_bytes,
-            ..StoreOptions::default()
-        },
-    )?))
+    open_store_at(&opts.state_dir, store_options(&opts.topology, &opts.group_id, opts.memtable_budget_bytes))
+}
+
+/// The store options of the stream of topology `t` in group `group`.
+pub fn store_options(t: &Topology, group: &str, memtable_budget_bytes: usize) -> StoreOptions {
+    StoreOptions {
+        owner: format!("{}/{}", t.name, group),
+        dedup_retention_ms: Some(t.dedup_retention_ms),
+        memtable_budget_bytes,
+        ..StoreOptions::default()
+    }
+}
+
+/// Opens (or creates) the store in `dir` (`tidemark run` opens it on a thread of its own,
+/// beside its broker checks: after a crash the open replays the write-ahead log).
+pub fn open_store_at(dir: &std::path::Path, o: StoreOptions) -> anyhow::Result<Arc<Store>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(Arc::new(Store::open(dir, &o)?))
 }
 
 /// How long start-up waits out a broker that is still settling: topics created a moment ago
