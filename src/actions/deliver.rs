@@ -50,6 +50,16 @@ pub(super) fn start(ctx: &Arc<Ctx>, id: PartitionId, row: OutboxRow, from_scan: 
             ctx.audit(&row, "shadow", None, None).await;
             return;
         }
+        // A scan reads a page of pending rows, then starts them: a row whose delivery (from
+        // the stream's hand-over) ended in between is no longer in flight, and would be sent
+        // again without any crash. Its stored state says so (stored before it left the
+        // in-flight list, read here after this start entered it).
+        if from_scan && row.state == RowState::Pending && ctx.final_since_read(id, &row.key).await {
+            if let Ok(mut f) = ctx.in_flight.lock() {
+                f.remove(&row.key);
+            }
+            return;
+        }
         if row.state == RowState::Pending {
             if let Some(outcome) = ctx.settled.take(&row.key) {
                 ctx.settle(id, row, outcome).await;
@@ -183,8 +193,20 @@ impl Ctx {
     }
 
     /// Durable row update, off the async threads (it fsyncs).
-    async fn persist(&self, id: PartitionId, row: &OutboxRow) -> bool {
+    pub(super) async fn persist(&self, id: PartitionId, row: &OutboxRow) -> bool {
         self.write_row(id, row, true).await
+    }
+
+    /// Whether the stored row of `key` has reached a final state (see [`start`]). A row that
+    /// cannot be read counts as pending: the scan read it a moment ago.
+    async fn final_since_read(&self, id: PartitionId, key: &str) -> bool {
+        let (store, key) = (Arc::clone(&self.store), key.to_string());
+        match tokio::task::spawn_blocking(move || store.outbox_get(id, &key)).await {
+            Ok(Ok(Some(bytes))) => {
+                codec::decode::<OutboxRow>("outbox row", &bytes).is_ok_and(|r| r.state != RowState::Pending)
+            }
+            _ => false,
+        }
     }
 
     /// Row update, off the async threads; with `synced`, durable (fsync) when it returns.

@@ -73,3 +73,29 @@ async fn attempts_waiting_for_a_place_behind_a_slow_endpoint_do_not_post_after_t
     assert_eq!(late, 0, "requests POSTed after the partition was handed over");
     assert_eq!(server.request_count(), 1, "only the attempt under way was sent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_a_scan_read_as_pending_is_not_sent_again_once_its_delivery_ended_meanwhile() {
+    let server = TestServer::start(Behaviour::Ok).await.expect("server");
+    let dir = tempfile::tempdir().expect("tmp");
+    let ctx = context(&server, 4, dir.path());
+    let id = PartitionId::sku(0);
+    // What the scan read: pending. What the store holds by the time it starts the row: the
+    // outcome of the delivery the stream's hand-over started.
+    let read = OutboxRow::sample("k-done");
+    let mut stored = read.clone();
+    stored.state = crate::engine::outbox::RowState::Delivered { status: 200 };
+    assert!(ctx.persist(id, &stored).await);
+    super::deliver::start(&ctx, id, read, true);
+    // A row still pending in the store is sent.
+    let pending = OutboxRow::sample("k-pending");
+    assert!(ctx.persist(id, &pending).await);
+    super::deliver::start(&ctx, id, pending, true);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ctx.in_flight.lock().map(|f| !f.is_empty()).unwrap_or(true) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let keys: Vec<String> =
+        server.requests().iter().filter_map(|r| r.header("idempotency-key").map(str::to_string)).collect();
+    assert_eq!(keys, vec!["k-pending".to_string()], "only the row still pending was POSTed");
+}

@@ -178,6 +178,8 @@ pub fn spawn(
     let (tx, mut rx) = mpsc::channel::<(PartitionId, OutboxRow)>(4096);
     let backlog = Arc::clone(&ctx.backlog);
     let scan_owned = Arc::clone(&owned);
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let woken = Arc::clone(&wake);
     rt.spawn(async move {
         let mut scanned: BTreeSet<i32> = BTreeSet::new();
         let mut unfinished: BTreeSet<i32> = BTreeSet::new();
@@ -186,7 +188,9 @@ pub fn spawn(
         let mut ticks = 0u32;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
-            tokio::select! {
+            // Scans run every second, and at once when the stream asks (a SKU partition just
+            // started: the rows its last owner left pending go out without waiting a tick).
+            let ticked = tokio::select! {
                 got = rx.recv() => match got {
                     Some((id, row)) if row.state == RowState::Pending && deliver::at_capacity(&ctx) => {
                         // Durable and pending: a scan starts it once there is room. The number
@@ -195,42 +199,51 @@ pub fn spawn(
                         drop(Counted::adopt(&ctx.backlog, &row));
                         unfinished.insert(id.partition);
                         crate::telemetry::actions::outbox_deferred();
+                        continue;
                     }
-                    Some((id, row)) => deliver::start(&ctx, id, row, false),
+                    Some((id, row)) => {
+                        deliver::start(&ctx, id, row, false);
+                        continue;
+                    }
                     None => break,
                 },
-                _ = tick.tick() => {
-                    let now_owned = scan_owned.lock().map(|o| o.clone()).unwrap_or_default();
-                    ticks = ticks.wrapping_add(1);
-                    let full_rescan = stats.outbox_rescan.swap(false, Ordering::Relaxed) || ticks.is_multiple_of(SWEEP_EVERY);
-                    let due: Vec<i32> = now_owned
-                        .iter()
-                        .filter(|p| full_rescan || !scanned.contains(p) || unfinished.contains(p))
-                        .copied()
-                        .collect();
-                    cursors.retain(|p, _| now_owned.contains(p));
-                    for p in &due {
-                        let more = scan::scan(&ctx, PartitionId::sku(*p), cursors.entry(*p).or_default()).await;
-                        if more {
-                            unfinished.insert(*p);
-                        } else {
-                            unfinished.remove(p);
-                        }
-                    }
-                    scanned = now_owned;
-                    publish_gauges(&ctx);
-                    if let Some(watch) = secret_watch.as_mut().filter(|_| ticks.is_multiple_of(SECRET_CHECK_EVERY)) {
-                        match watch.check().await {
-                            Ok(SecretChange::Unchanged) => {}
-                            Ok(SecretChange::Reloaded { secrets }) => info!(secrets, "webhook signing secret reloaded"),
-                            Err(e) => error!(error = %e, "webhook signing secret not reloaded; signing with the previous one"),
-                        }
+                _ = tick.tick() => true,
+                _ = woken.notified() => false,
+            };
+            let now_owned = scan_owned.lock().map(|o| o.clone()).unwrap_or_default();
+            if ticked {
+                ticks = ticks.wrapping_add(1);
+            }
+            let full_rescan =
+                stats.outbox_rescan.swap(false, Ordering::Relaxed) || (ticked && ticks.is_multiple_of(SWEEP_EVERY));
+            let due: Vec<i32> = now_owned
+                .iter()
+                .filter(|p| full_rescan || !scanned.contains(p) || unfinished.contains(p))
+                .copied()
+                .collect();
+            cursors.retain(|p, _| now_owned.contains(p));
+            for p in &due {
+                let more = scan::scan(&ctx, PartitionId::sku(*p), cursors.entry(*p).or_default()).await;
+                if more {
+                    unfinished.insert(*p);
+                } else {
+                    unfinished.remove(p);
+                }
+            }
+            scanned = now_owned;
+            publish_gauges(&ctx);
+            if let Some(watch) = secret_watch.as_mut().filter(|_| ticked && ticks.is_multiple_of(SECRET_CHECK_EVERY)) {
+                match watch.check().await {
+                    Ok(SecretChange::Unchanged) => {}
+                    Ok(SecretChange::Reloaded { secrets }) => info!(secrets, "webhook signing secret reloaded"),
+                    Err(e) => {
+                        error!(error = %e, "webhook signing secret not reloaded; signing with the previous one")
                     }
                 }
             }
         }
     });
-    Ok(ActionRuntime { rows: RowSender { tx, backlog: Arc::clone(&backlog) }, owned, backlog, settled, gate })
+    Ok(ActionRuntime { rows: RowSender { tx, backlog: Arc::clone(&backlog), wake }, owned, backlog, settled, gate })
 }
 
 /// The dispatcher of `t`: its endpoints, TLS settings (files read now), and the signer

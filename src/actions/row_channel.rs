@@ -20,6 +20,8 @@ pub struct RowNotSent;
 pub struct RowSender {
     pub(super) tx: mpsc::Sender<(PartitionId, OutboxRow)>,
     pub(super) backlog: Arc<Backlog>,
+    /// Wakes the runtime's outbox scan ([`RowSender::scan_now`]).
+    pub(super) wake: Arc<tokio::sync::Notify>,
 }
 
 impl RowSender {
@@ -34,5 +36,11 @@ impl RowSender {
 
     pub fn backlog(&self) -> &Arc<Backlog> {
         &self.backlog
+    }
+
+    /// Has the runtime scan the owned outboxes now rather than at its next tick (at most a
+    /// second away): a SKU partition just started, its last owner's pending rows go out.
+    pub fn scan_now(&self) {
+        self.wake.notify_one();
     }
 }
