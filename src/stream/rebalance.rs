@@ -194,6 +194,8 @@ impl Runner {
         );
         self.opts.progress.assigned(id, task.next_offset());
         if id.source == SKU_REPARTITION {
+            // Its rows are dispatched from here on: what the audit topic says of them first.
+            consumer.context().assignment.recalled();
             if let Ok(mut o) = self.opts.sku_owned.lock() {
                 o.insert(id.partition);
             }
@@ -202,6 +204,9 @@ impl Runner {
             // partitions cannot tell a partition that left and came back between two of its
             // ticks.
             self.opts.stats.outbox_rescan.store(true, Ordering::Relaxed);
+            if let Some(rows) = &self.opts.rows {
+                rows.scan_now();
+            }
         }
         self.tasks.insert(id, task);
         self.opts.lifecycle.note(id, State::Running);

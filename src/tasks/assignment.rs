@@ -5,7 +5,9 @@
 //! On assignment, before librdkafka starts fetching, [`Assignment::on_assigned`] lets the
 //! standby tasks of the new partitions go (they commit first), positions every partition at
 //! its own RocksDB checkpoint (the group's committed offsets are written for lag tools only),
-//! reads the audit topic for the SKU partitions among them and names those whose newest
+//! starts the audit read for the SKU partitions among them (on a thread of its own, while the
+//! stream thread restores the tasks: their rows are dispatched only once it ended,
+//! [`Assignment::recalled`]) and names those whose newest
 //! snapshot is ahead of the store: those are assigned paused and imported off the callback
 //! (`tasks::imports`), so the partitions already owned keep running. On revocation the
 //! partitions are queued for the stream thread, which commits its work on them before they
@@ -50,6 +52,8 @@ pub struct Assignment {
     /// The states of this process's tasks, shared with the stream and standby threads.
     pub lifecycle: Arc<Lifecycle>,
     events: Mutex<Vec<AssignmentEvent>>,
+    /// Audit reads under way for SKU partitions just assigned ([`Assignment::recalled`]).
+    recalls: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Set once the stream thread stops handling events (the consumer is closing): a
     /// revocation is then released at once in the callback.
     closing: AtomicBool,
@@ -72,6 +76,7 @@ impl Assignment {
             recall,
             lifecycle,
             events: Mutex::default(),
+            recalls: Mutex::default(),
             closing: AtomicBool::new(false),
         }
     }
@@ -138,10 +143,38 @@ impl Assignment {
                 warn!(partition = %id, error = %e, "cannot set start offset");
             }
         }
-        if let Some(recall) = &self.recall {
-            recall.before_dispatch(&sku_resumed);
+        if let Some(recall) = self.recall.as_ref().filter(|_| !sku_resumed.is_empty()) {
+            // Off the callback: the read (a consumer of its own, ~20–200 ms) goes on while
+            // the stream thread restores the tasks, which takes as long.
+            let reading = Arc::clone(recall);
+            let resumed = sku_resumed.clone();
+            match std::thread::Builder::new().name("tidemark-recall".into()).spawn(move || {
+                reading.before_dispatch(&resumed);
+            }) {
+                Ok(handle) => {
+                    if let Ok(mut r) = self.recalls.lock() {
+                        r.push(handle);
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot start a thread for the audit read; reading it here");
+                    recall.before_dispatch(&sku_resumed);
+                }
+            }
         }
         importing
+    }
+
+    /// Waits for the audit reads started for assigned SKU partitions: the stream thread
+    /// calls it before the dispatcher may send for one of them, so an action completed
+    /// elsewhere is known as such before its row can be dispatched here.
+    pub fn recalled(&self) {
+        let under_way = self.recalls.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
+        for handle in under_way {
+            if handle.join().is_err() {
+                error!("the audit read before dispatching panicked: completed actions may be sent again");
+            }
+        }
     }
 
     /// Queues what the stream thread does with a new assignment.

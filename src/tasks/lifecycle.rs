@@ -19,8 +19,9 @@
 //! - `importing`: `tasks::assignment::Assignment::position_at_checkpoints` (with snapshots:
 //!   a partition whose newest snapshot is ahead of the local checkpoint is assigned paused)
 //!   and imported off the callback by `tasks::imports::Imports::start`;
-//! - `recalling`: the same function, for SKU partitions (`actions::Recall`), or after the
-//!   import, on the import's thread;
+//! - `recalling`: the same function, for SKU partitions (`actions::Recall`; the read goes on,
+//!   on a thread of its own, while the task restores, and ends before the task runs:
+//!   `Assignment::recalled`), or after the import, on the import's thread;
 //! - `restoring`, `running`: `stream::Runner::start_task` (`stream/rebalance.rs`), from
 //!   `stream::Runner::handle_assignment` (`Assigned`, or an import that ended);
 //! - `suspended`, back to `running`: `stream::Runner::apply_pause`;
