@@ -6,8 +6,8 @@
 //! librdkafka sends one partition per produce request and a broker serves one request per
 //! connection at a time, so a commit's outputs to 16 partitions of one broker took 16 round
 //! trips in a row on one producer (measured: p50 37 ms of every commit at 20k/s, a third of
-//! an action's latency); spread over lanes they go in parallel. A partition has one lane,
-//! so its records keep their order.
+//! an action's latency); spread over lanes they go in parallel. A topic has one lane, so
+//! each partition's records keep their order.
 //!
 //! Every record carries the number of the batch that produced it ([`Batch`]), and each lane
 //! counts the records of a batch not yet acknowledged: the stream sends batch K's outputs
@@ -99,10 +99,6 @@ pub type Batch = usize;
 /// the one it commits.
 const BATCH_SLOTS: usize = 8;
 
-/// How often a flush looks for acknowledgements: delivery reports are served by polling,
-/// and a longer nap is added to every commit's wait (0.2 ms costs ~1 % of a core at 20k/s).
-const ACK_CHECK_EVERY: Duration = Duration::from_micros(200);
-
 /// How long records may wait for their acknowledgement before the process says it is not
 /// ready (a broker outage, a deleted topic the producer waits for).
 pub const UNACKNOWLEDGED_NOT_READY: Duration = Duration::from_secs(30);
@@ -172,19 +168,13 @@ impl DeliveryContext {
     }
 }
 
-/// Producers of an [`OutputSink`]: SKU repartition's even partitions and side outputs;
-/// combine repartition; dashboard and its combined rows; provisional finance and its
-/// combined rows; SKU repartition's odd partitions. The lines an action waits for go out at
-/// every commit, to every SKU partition: on two connections they take half the round trips
-/// in a row (one producer per partition, 16 in all, cost more CPU than they saved on this
-/// 2-core host).
-pub const LANES: usize = 5;
+/// Producers of an [`OutputSink`]: SKU repartition and side outputs; combine repartition;
+/// dashboard and its combined rows; provisional finance and its combined rows.
+pub const LANES: usize = 4;
 
-/// The lane of a record (see [`LANES`]): a partition always goes by the same one, so its
-/// records keep their order.
-fn lane(sink: Sink, partition: Option<i32>) -> usize {
+/// The lane of a sink's topic (see [`LANES`]).
+fn lane(sink: Sink) -> usize {
     match sink {
-        Sink::Repartition if partition.is_some_and(|p| p % 2 == 1) => 4,
         Sink::Repartition | Sink::DeadLetter | Sink::Late => 0,
         Sink::Combine => 1,
         Sink::Dashboard | Sink::DashboardCombined => 2,
@@ -356,7 +346,7 @@ impl OutputSink {
             if let Some(p) = r.partition {
                 record = record.partition(p);
             }
-            let producer = &self.producers[lane(r.sink, r.partition)];
+            let producer = &self.producers[lane(r.sink)];
             let pending = &producer.context().pending[batch % BATCH_SLOTS];
             pending.fetch_add(1, Ordering::AcqRel);
             loop {
@@ -447,7 +437,7 @@ impl OutputSink {
     /// Not `Producer::flush`: rdkafka 0.39's `BaseProducer::poll` always blocks for its whole
     /// timeout, so its flush returns in steps of 100 ms (measured: every commit spent exactly
     /// 100 ms there, even for 16 records). Serving delivery reports without blocking and
-    /// sleeping 0.2 ms between checks returns within ~0.2 ms of the last acknowledgement.
+    /// sleeping 1 ms between checks returns within ~1 ms of the last acknowledgement.
     pub fn flush(&self, alive: &dyn Fn()) -> anyhow::Result<()> {
         self.wait_for(None, alive)
     }
@@ -517,8 +507,7 @@ impl OutputSink {
                     )));
                 }
             }
-            // Short naps: each commit waits here, twice on an action's path (~7 ms at 20k/s).
-            std::thread::sleep(ACK_CHECK_EVERY);
+            std::thread::sleep(Duration::from_millis(1));
         }
         let failed: u64 = self.producers.iter().map(|p| p.context().failed.swap(0, Ordering::Relaxed)).sum();
         if failed > 0 {
