@@ -86,7 +86,9 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     // store; an error stops the process there.
     let opening = {
         let (dir, budget) = (args.state_dir.clone(), args.state_memtable_mb.saturating_mul(1 << 20));
-        let o = stream::store_options(&topology, &args.group, budget);
+        // Claimed below, once the broker check passed: a refused start claims nothing.
+        let o =
+            tidemark_state::StoreOptions { claim_later: true, ..stream::store_options(&topology, &args.group, budget) };
         std::thread::Builder::new()
             .name("tidemark-open".into())
             .spawn(move || {
@@ -170,6 +172,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     );
     let waited = Instant::now();
     let (store, took) = opening.join().map_err(|_| anyhow::anyhow!("the thread opening the store panicked"))??;
+    store.claim(&stream::store_options(&opts.topology, &opts.group_id, 0).owner)?;
     opts.progress.store_opened();
     tracing::info!(
         took_ms = took.as_millis() as u64,

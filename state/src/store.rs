@@ -40,6 +40,10 @@ const RECORD_TAG: u8 = b'r';
 pub struct StoreOptions {
     /// Identifies who may use the directory (topology name and consumer group).
     pub owner: String,
+    /// The open leaves the directory unclaimed: the caller claims it ([`Store::claim`]) once
+    /// it knows it will use it (`tidemark run` opens the store while it still checks the
+    /// broker, and a refused start must not claim a fresh directory).
+    pub claim_later: bool,
     /// Shared block cache for all column families.
     pub block_cache_bytes: usize,
     /// What the memtables (write buffers) of all column families may hold together; the
@@ -65,6 +69,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             owner: "tidemark".into(),
+            claim_later: false,
             block_cache_bytes: 256 << 20,
             memtable_budget_bytes: DEFAULT_MEMTABLE_BUDGET_BYTES,
             sync_commits: true,
@@ -207,7 +212,9 @@ impl Store {
         let store =
             Store { db, path: path.to_path_buf(), write_opts, dedup_horizons, legacy_dedup: AtomicBool::new(true) };
         store.refresh_legacy_dedup();
-        store.claim(&opts.owner)?;
+        if !opts.claim_later {
+            store.claim(&opts.owner)?;
+        }
         store.mark_outbox_indexed_if_empty()?;
         Ok(store)
     }
@@ -231,7 +238,8 @@ impl Store {
         Ok(store)
     }
 
-    fn claim(&self, owner: &str) -> Result<(), StateError> {
+    /// Records `owner` as the directory's owner, or refuses when another one holds it.
+    pub fn claim(&self, owner: &str) -> Result<(), StateError> {
         let meta = self.cf(CF_META);
         match self.db.get_cf(meta, OWNER_KEY).map_err(|e| self.rocks(e))? {
             Some(found) => {
