@@ -84,11 +84,14 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     // checked and the endpoints start: all three are on the way to the first action after a
     // restart (issue 33). Both results are taken before anything reads the input or the
     // store; an error stops the process there.
+    // Claimed below, once the broker check passed: a refused start claims nothing.
+    let store_options = tidemark_state::StoreOptions {
+        claim_later: true,
+        ..stream::store_options(&topology, &args.group, args.state_memtable_mb.saturating_mul(1 << 20))
+    };
+    let owner = store_options.owner.clone();
     let opening = {
-        let (dir, budget) = (args.state_dir.clone(), args.state_memtable_mb.saturating_mul(1 << 20));
-        // Claimed below, once the broker check passed: a refused start claims nothing.
-        let o =
-            tidemark_state::StoreOptions { claim_later: true, ..stream::store_options(&topology, &args.group, budget) };
+        let (dir, o) = (args.state_dir.clone(), store_options);
         std::thread::Builder::new()
             .name("tidemark-open".into())
             .spawn(move || {
@@ -172,7 +175,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     );
     let waited = Instant::now();
     let (store, took) = opening.join().map_err(|_| anyhow::anyhow!("the thread opening the store panicked"))??;
-    store.claim(&stream::store_options(&opts.topology, &opts.group_id, 0).owner)?;
+    store.claim(&owner)?;
     opts.progress.store_opened();
     tracing::info!(
         took_ms = took.as_millis() as u64,
