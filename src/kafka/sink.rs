@@ -13,10 +13,14 @@
 //! counts the records of a batch not yet acknowledged: the stream sends batch K's outputs
 //! as soon as K is finished, while K−1 is still being written, and K−1's commit waits only
 //! for the records of batches up to K−1 ([`OutputSink::flush_through`]).
+//!
+//! Each lane has a thread that serves its delivery reports as they arrive ([`Lane`]); the
+//! report that settles a batch's last record wakes the commit waiting for it ([`Acked`]),
+//! instead of the commit polling the lanes every millisecond.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -113,7 +117,29 @@ pub struct DeliveryContext {
     resend: Mutex<Vec<Resend>>,
     /// Records sent and not yet acknowledged (delivered or failed), per batch slot.
     pending: [AtomicU64; BATCH_SLOTS],
+    /// Woken when a slot's last record is settled; shared by the sink's lanes.
+    acked: Arc<Acked>,
 }
+
+/// Wakes a commit waiting for acknowledgements ([`OutputSink::flush_through`]) when a batch
+/// slot of any lane empties. The waiter checks the counts under the lock and the notifier
+/// takes it after its decrement, so a wake-up is never lost; the wait also times out
+/// ([`ACK_RECHECK`]) to report progress and to catch counts that fell elsewhere.
+#[derive(Default)]
+struct Acked {
+    lock: Mutex<()>,
+    settled: Condvar,
+}
+
+impl Acked {
+    fn notify(&self) {
+        let _held = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.settled.notify_all();
+    }
+}
+
+/// The longest a waiting commit sleeps without a wake-up before it looks at the counts again.
+const ACK_RECHECK: Duration = Duration::from_millis(10);
 
 impl ClientContext for DeliveryContext {}
 
@@ -121,9 +147,21 @@ impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = Batch;
 
     fn delivery(&self, result: &DeliveryResult<'_>, batch: Batch) {
-        // A failed side output is queued again (and counted again when it is sent).
-        self.pending[batch % BATCH_SLOTS].fetch_sub(1, Ordering::AcqRel);
-        let Err((e, msg)) = result else { return };
+        if let Err((e, msg)) = result {
+            self.failed_delivery(e, msg);
+        }
+        // Counted last: a commit woken because its batch is settled also sees the refusals
+        // and the side outputs queued again above.
+        if self.pending[batch % BATCH_SLOTS].fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.acked.notify();
+        }
+    }
+}
+
+impl DeliveryContext {
+    /// A record the broker or the producer did not deliver: a side output is queued to be
+    /// produced again (and counted again when it is sent); a main output fails its batch.
+    fn failed_delivery(&self, e: &KafkaError, msg: &rdkafka::message::BorrowedMessage<'_>) {
         if self.side_topics.contains(msg.topic()) {
             warn!(topic = msg.topic(), error = %e, "side output not delivered; producing it again");
             let mut r = Resend {
@@ -146,9 +184,7 @@ impl ProducerContext for DeliveryContext {
         crate::telemetry::outputs::output_refused(msg.topic());
         self.refuse(msg.topic(), &e.to_string());
     }
-}
 
-impl DeliveryContext {
     /// Whether records of `batch` or of the batches before it are still in flight.
     fn pending_through(&self, batch: Batch) -> u64 {
         // Every slot but the one after `batch`'s, which a later batch may use.
@@ -156,6 +192,11 @@ impl DeliveryContext {
             .map(|back| batch.wrapping_sub(back))
             .map(|b| self.pending[b % BATCH_SLOTS].load(Ordering::Acquire))
             .sum()
+    }
+
+    /// Records of any batch still in flight.
+    fn pending_all(&self) -> u64 {
+        self.pending.iter().map(|p| p.load(Ordering::Acquire)).sum()
     }
 
     fn refuse(&self, topic: &str, error: &str) {
@@ -185,8 +226,22 @@ fn lane(sink: Sink) -> usize {
 /// Side outputs produced again go out on their lane.
 const SIDE_LANE: usize = 0;
 
+/// A lane's producer and the thread that serves its delivery reports as they arrive (a
+/// `BaseProducer` calls them only from `poll`, which in rdkafka 0.39 blocks for its whole
+/// timeout: the thread polls in steps of [`POLL_STEP`] and looks at the stop flag between).
+struct Lane {
+    producer: Arc<BaseProducer<DeliveryContext>>,
+    poller: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How often a lane's thread looks at the stop flag; reports are served as they arrive.
+const POLL_STEP: Duration = Duration::from_millis(10);
+
 pub struct OutputSink {
-    producers: Vec<BaseProducer<DeliveryContext>>,
+    lanes: Vec<Lane>,
+    /// Stops the lanes' threads ([`Drop`]).
+    stop: Arc<AtomicBool>,
+    acked: Arc<Acked>,
     /// Told when side outputs are refused and produced again, and when they went through.
     progress: Option<std::sync::Arc<crate::telemetry::Progress>>,
     dashboard: String,
@@ -210,6 +265,8 @@ fn connect_schema(format: SinkFormat, schema: RowSchema) -> Option<RowSchema> {
 impl OutputSink {
     pub fn new(settings: &KafkaSettings, t: &Topology) -> anyhow::Result<Self> {
         let side_topics: HashSet<String> = [t.dead_letter.topic.clone(), t.late.topic.clone()].into_iter().collect();
+        let acked = Arc::new(Acked::default());
+        let stop = Arc::new(AtomicBool::new(false));
         let producers = (0..LANES)
             .map(|_| {
                 settings
@@ -228,10 +285,22 @@ impl OutputSink {
                     .set("queue.buffering.max.messages", "1000000")
                     .create_with_context(DeliveryContext {
                         side_topics: side_topics.clone(),
+                        acked: Arc::clone(&acked),
                         ..DeliveryContext::default()
                     })
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<BaseProducer<DeliveryContext>>, _>>()?;
+        let mut lanes = Vec::with_capacity(LANES);
+        for (i, producer) in producers.into_iter().enumerate() {
+            let producer = Arc::new(producer);
+            let (served, stop) = (Arc::clone(&producer), Arc::clone(&stop));
+            let poller = std::thread::Builder::new().name(format!("tidemark-acks-{i}")).spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    served.poll(POLL_STEP);
+                }
+            })?;
+            lanes.push(Lane { producer, poller: Some(poller) });
+        }
         for topic in [&t.dead_letter.topic, &t.late.topic] {
             crate::telemetry::outputs::side_output_registered(topic);
         }
@@ -246,7 +315,9 @@ impl OutputSink {
             crate::telemetry::outputs::output_registered(topic);
         }
         Ok(OutputSink {
-            producers,
+            lanes,
+            stop,
+            acked,
             progress: None,
             dashboard: t.dashboard.topic.clone(),
             finance: t.finance_provisional.topic.clone(),
@@ -346,7 +417,7 @@ impl OutputSink {
             if let Some(p) = r.partition {
                 record = record.partition(p);
             }
-            let producer = &self.producers[lane(r.sink)];
+            let producer = &self.lanes[lane(r.sink)].producer;
             let pending = &producer.context().pending[batch % BATCH_SLOTS];
             pending.fetch_add(1, Ordering::AcqRel);
             loop {
@@ -354,8 +425,7 @@ impl OutputSink {
                     Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                         record = back;
-                        // poll() blocks for its whole timeout (see `flush`): serve, then nap.
-                        producer.poll(Duration::ZERO);
+                        // The lane's thread serves the reports that make room.
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     Err((e, _)) if side => {
@@ -378,16 +448,13 @@ impl OutputSink {
                 }
             }
         }
-        for producer in &self.producers {
-            producer.poll(Duration::ZERO);
-        }
         Ok(())
     }
 
     /// Queues one side output; a local refusal (size, queue) goes to the resend list, which
     /// [`OutputSink::flush`] works off, so this never fails.
     fn send_side(&self, mut r: Resend, batch: Batch) {
-        let producer = &self.producers[SIDE_LANE];
+        let producer = &self.lanes[SIDE_LANE].producer;
         let pending = &producer.context().pending[batch % BATCH_SLOTS];
         loop {
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
@@ -407,7 +474,6 @@ impl OutputSink {
             match sent {
                 Ok(()) => return,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    producer.poll(Duration::ZERO);
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err((e, _)) => {
@@ -436,8 +502,8 @@ impl OutputSink {
     ///
     /// Not `Producer::flush`: rdkafka 0.39's `BaseProducer::poll` always blocks for its whole
     /// timeout, so its flush returns in steps of 100 ms (measured: every commit spent exactly
-    /// 100 ms there, even for 16 records). Serving delivery reports without blocking and
-    /// sleeping 1 ms between checks returns within ~1 ms of the last acknowledgement.
+    /// 100 ms there, even for 16 records). The lanes' threads serve the reports as they
+    /// arrive and the one that settles the last record wakes this wait ([`Acked`]).
     pub fn flush(&self, alive: &dyn Fn()) -> anyhow::Result<()> {
         self.wait_for(None, alive)
     }
@@ -456,19 +522,14 @@ impl OutputSink {
         let (waiting_since, mut waiting_reported) = (Instant::now(), false);
         let mut backoff = Duration::from_millis(50);
         loop {
-            let mut in_flight = 0;
-            for producer in &self.producers {
-                producer.poll(Duration::ZERO);
-                in_flight += match through {
-                    Some(batch) => producer.context().pending_through(batch),
-                    None => u64::try_from(producer.in_flight_count()).unwrap_or(0),
-                };
-            }
+            let in_flight = self.in_flight(through);
             if in_flight == 0 {
                 let resend: Vec<Resend> = self
-                    .producers
+                    .lanes
                     .iter()
-                    .flat_map(|p| p.context().resend.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default())
+                    .flat_map(|l| {
+                        l.producer.context().resend.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default()
+                    })
                     .collect();
                 if resend.is_empty() {
                     break;
@@ -507,13 +568,17 @@ impl OutputSink {
                     )));
                 }
             }
-            std::thread::sleep(Duration::from_millis(1));
+            let held = self.acked.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if self.in_flight(through) > 0 {
+                drop(self.acked.settled.wait_timeout(held, ACK_RECHECK));
+            }
         }
-        let failed: u64 = self.producers.iter().map(|p| p.context().failed.swap(0, Ordering::Relaxed)).sum();
+        let failed: u64 = self.lanes.iter().map(|l| l.producer.context().failed.swap(0, Ordering::Relaxed)).sum();
         if failed > 0 {
             let mut by_topic: BTreeMap<String, (u64, String)> = BTreeMap::new();
-            for p in &self.producers {
-                let refused = p.context().refused.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
+            for l in &self.lanes {
+                let refused =
+                    l.producer.context().refused.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
                 for (topic, (n, e)) in refused {
                     let entry = by_topic.entry(topic).or_insert((0, String::new()));
                     entry.0 += n;
@@ -530,5 +595,30 @@ impl OutputSink {
             p.outputs_blocked(None);
         }
         Ok(())
+    }
+
+    /// Records of `through` and the batches before it (every batch: `None`) not yet
+    /// acknowledged, over the lanes.
+    fn in_flight(&self, through: Option<Batch>) -> u64 {
+        self.lanes
+            .iter()
+            .map(|l| match through {
+                Some(batch) => l.producer.context().pending_through(batch),
+                None => l.producer.context().pending_all(),
+            })
+            .sum()
+    }
+}
+
+impl Drop for OutputSink {
+    /// Stops the lanes' threads (each within [`POLL_STEP`]); the producers then purge what is
+    /// left as they are dropped.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for lane in &mut self.lanes {
+            if let Some(poller) = lane.poller.take() {
+                let _ = poller.join();
+            }
+        }
     }
 }
