@@ -14,12 +14,12 @@
 //! as soon as K is finished, while K−1 is still being written, and K−1's commit waits only
 //! for the records of batches up to K−1 ([`OutputSink::flush_through`]).
 //!
-//! Each lane has a thread that serves its delivery reports as they arrive ([`Lane`]); the
-//! report that settles a batch's last record wakes the commit waiting for it ([`Acked`]),
-//! instead of the commit polling the lanes every millisecond.
+//! A commit waiting for acknowledgements sleeps until a lane's event queue gets a delivery
+//! report ([`Doorbell`], librdkafka's queue event callback), then serves every report queued,
+//! instead of waking every millisecond to serve one report per lane.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -117,29 +117,53 @@ pub struct DeliveryContext {
     resend: Mutex<Vec<Resend>>,
     /// Records sent and not yet acknowledged (delivered or failed), per batch slot.
     pending: [AtomicU64; BATCH_SLOTS],
-    /// Woken when a slot's last record is settled; shared by the sink's lanes.
-    acked: Arc<Acked>,
 }
 
-/// Wakes a commit waiting for acknowledgements ([`OutputSink::flush_through`]) when a batch
-/// slot of any lane empties. The waiter checks the counts under the lock and the notifier
-/// takes it after its decrement, so a wake-up is never lost; the wait also times out
-/// ([`ACK_RECHECK`]) to report progress and to catch counts that fell elsewhere.
+/// Rung by librdkafka when a lane's event queue goes from empty to non-empty (a delivery
+/// report arrived), from librdkafka's own thread with the queue locked: it only counts and
+/// wakes, and a waiter never calls librdkafka while it holds the lock (no lock-order cycle).
+/// A waiter reads the count, serves the queues, then sleeps only if the count has not moved:
+/// a report queued after its serving rings after that read, so no wake-up is lost.
 #[derive(Default)]
-struct Acked {
-    lock: Mutex<()>,
-    settled: Condvar,
+struct Doorbell {
+    rung: Mutex<u64>,
+    ring: Condvar,
 }
 
-impl Acked {
-    fn notify(&self) {
-        let _held = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.settled.notify_all();
+impl Doorbell {
+    fn count(&self) -> u64 {
+        *self.rung.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn ring(&self) {
+        let mut rung = self.rung.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *rung = rung.wrapping_add(1);
+        self.ring.notify_all();
+    }
+
+    /// Sleeps until the bell rings after `seen` was read, or `most` has passed.
+    fn wait_after(&self, seen: u64, most: Duration) {
+        let rung = self.rung.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *rung == seen {
+            drop(self.ring.wait_timeout(rung, most));
+        }
     }
 }
 
-/// The longest a waiting commit sleeps without a wake-up before it looks at the counts again.
+/// librdkafka's queue event callback ([`Lane::listen`]): `opaque` is the sink's [`Doorbell`].
+unsafe extern "C" fn ring_doorbell(_: *mut rdkafka::bindings::rd_kafka_t, opaque: *mut std::ffi::c_void) {
+    // SAFETY: the pointer is the sink's `Arc<Doorbell>`, which outlives the callback: the
+    // sink's `Drop` disables the callback (under the queue's lock) before it lets go.
+    let bell = unsafe { &*(opaque as *const Doorbell) };
+    bell.ring();
+}
+
+/// The longest a waiting commit sleeps without a ring before it looks at the counts again.
 const ACK_RECHECK: Duration = Duration::from_millis(10);
+
+/// A lane's event queue is served at most this many events per look, so a flood of reports
+/// cannot keep a commit from checking its counts.
+const SERVE_AT_MOST: usize = 4096;
 
 impl ClientContext for DeliveryContext {}
 
@@ -150,11 +174,9 @@ impl ProducerContext for DeliveryContext {
         if let Err((e, msg)) = result {
             self.failed_delivery(e, msg);
         }
-        // Counted last: a commit woken because its batch is settled also sees the refusals
-        // and the side outputs queued again above.
-        if self.pending[batch % BATCH_SLOTS].fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.acked.notify();
-        }
+        // Counted last: a commit that sees its batch settled (reports may be served on the
+        // stream thread too) also sees the refusals and the side outputs queued again above.
+        self.pending[batch % BATCH_SLOTS].fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -226,22 +248,73 @@ fn lane(sink: Sink) -> usize {
 /// Side outputs produced again go out on their lane.
 const SIDE_LANE: usize = 0;
 
-/// A lane's producer and the thread that serves its delivery reports as they arrive (a
-/// `BaseProducer` calls them only from `poll`, which in rdkafka 0.39 blocks for its whole
-/// timeout: the thread polls in steps of [`POLL_STEP`] and looks at the stop flag between).
+/// A lane's producer and a handle on its event queue (where delivery reports wait to be
+/// served), which rings the sink's [`Doorbell`] when it gets an event.
 struct Lane {
-    producer: Arc<BaseProducer<DeliveryContext>>,
-    poller: Option<std::thread::JoinHandle<()>>,
+    /// Declared first: dropped before the producer (librdkafka wants every queue handle
+    /// released before its client is destroyed).
+    queue: MainQueue,
+    producer: BaseProducer<DeliveryContext>,
 }
 
-/// How often a lane's thread looks at the stop flag; reports are served as they arrive.
-const POLL_STEP: Duration = Duration::from_millis(10);
+/// A reference to a producer's main queue (`rd_kafka_queue_get_main`), released on drop.
+struct MainQueue(*mut rdkafka::bindings::rd_kafka_queue_t);
+
+// SAFETY: librdkafka's queue handles may be used from any thread; this one is only asked its
+// length and given or relieved of a callback.
+unsafe impl Send for MainQueue {}
+unsafe impl Sync for MainQueue {}
+
+impl Drop for MainQueue {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from rd_kafka_queue_get_main and is released once.
+        unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.0) }
+    }
+}
+
+impl Lane {
+    fn of(producer: BaseProducer<DeliveryContext>) -> anyhow::Result<Lane> {
+        // SAFETY: the client pointer is valid while `producer` lives; the handle is released
+        // by `MainQueue`'s drop, which the lane's field order puts before the producer's.
+        let queue = unsafe { rdkafka::bindings::rd_kafka_queue_get_main(producer.client().native_ptr()) };
+        anyhow::ensure!(!queue.is_null(), "librdkafka gave no main queue for an output producer");
+        Ok(Lane { producer, queue: MainQueue(queue) })
+    }
+
+    /// Rings `bell` whenever the lane's queue gets an event after being empty.
+    fn listen(&self, bell: &Arc<Doorbell>) {
+        // SAFETY: the opaque pointer stays valid until `deafen` (see `ring_doorbell`).
+        unsafe {
+            rdkafka::bindings::rd_kafka_queue_cb_event_enable(
+                self.queue.0,
+                Some(ring_doorbell),
+                Arc::as_ptr(bell) as *mut std::ffi::c_void,
+            )
+        }
+    }
+
+    /// Stops ringing; returns once no callback runs (librdkafka swaps it under the queue's lock).
+    fn deafen(&self) {
+        // SAFETY: a null callback disables the queue event.
+        unsafe { rdkafka::bindings::rd_kafka_queue_cb_event_enable(self.queue.0, None, std::ptr::null_mut()) }
+    }
+
+    /// Serves the delivery reports queued (each `poll` serves one event in rdkafka 0.39).
+    fn serve(&self) {
+        for _ in 0..SERVE_AT_MOST {
+            // SAFETY: the handle is valid while the lane lives.
+            if unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue.0) } == 0 {
+                return;
+            }
+            self.producer.poll(Duration::ZERO);
+        }
+    }
+}
 
 pub struct OutputSink {
     lanes: Vec<Lane>,
-    /// Stops the lanes' threads ([`Drop`]).
-    stop: Arc<AtomicBool>,
-    acked: Arc<Acked>,
+    /// Rung by the lanes' queues; outlives them ([`Drop`]).
+    bell: Arc<Doorbell>,
     /// Told when side outputs are refused and produced again, and when they went through.
     progress: Option<std::sync::Arc<crate::telemetry::Progress>>,
     dashboard: String,
@@ -265,8 +338,7 @@ fn connect_schema(format: SinkFormat, schema: RowSchema) -> Option<RowSchema> {
 impl OutputSink {
     pub fn new(settings: &KafkaSettings, t: &Topology) -> anyhow::Result<Self> {
         let side_topics: HashSet<String> = [t.dead_letter.topic.clone(), t.late.topic.clone()].into_iter().collect();
-        let acked = Arc::new(Acked::default());
-        let stop = Arc::new(AtomicBool::new(false));
+        let bell = Arc::new(Doorbell::default());
         let producers = (0..LANES)
             .map(|_| {
                 settings
@@ -285,21 +357,13 @@ impl OutputSink {
                     .set("queue.buffering.max.messages", "1000000")
                     .create_with_context(DeliveryContext {
                         side_topics: side_topics.clone(),
-                        acked: Arc::clone(&acked),
                         ..DeliveryContext::default()
                     })
             })
             .collect::<Result<Vec<BaseProducer<DeliveryContext>>, _>>()?;
-        let mut lanes = Vec::with_capacity(LANES);
-        for (i, producer) in producers.into_iter().enumerate() {
-            let producer = Arc::new(producer);
-            let (served, stop) = (Arc::clone(&producer), Arc::clone(&stop));
-            let poller = std::thread::Builder::new().name(format!("tidemark-acks-{i}")).spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    served.poll(POLL_STEP);
-                }
-            })?;
-            lanes.push(Lane { producer, poller: Some(poller) });
+        let lanes = producers.into_iter().map(Lane::of).collect::<anyhow::Result<Vec<Lane>>>()?;
+        for lane in &lanes {
+            lane.listen(&bell);
         }
         for topic in [&t.dead_letter.topic, &t.late.topic] {
             crate::telemetry::outputs::side_output_registered(topic);
@@ -316,8 +380,7 @@ impl OutputSink {
         }
         Ok(OutputSink {
             lanes,
-            stop,
-            acked,
+            bell,
             progress: None,
             dashboard: t.dashboard.topic.clone(),
             finance: t.finance_provisional.topic.clone(),
@@ -425,7 +488,8 @@ impl OutputSink {
                     Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                         record = back;
-                        // The lane's thread serves the reports that make room.
+                        // poll() blocks for its whole timeout (see `flush`): serve, then nap.
+                        producer.poll(Duration::ZERO);
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     Err((e, _)) if side => {
@@ -447,6 +511,9 @@ impl OutputSink {
                     }
                 }
             }
+        }
+        for lane in &self.lanes {
+            lane.producer.poll(Duration::ZERO);
         }
         Ok(())
     }
@@ -474,6 +541,7 @@ impl OutputSink {
             match sent {
                 Ok(()) => return,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    producer.poll(Duration::ZERO);
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err((e, _)) => {
@@ -502,8 +570,8 @@ impl OutputSink {
     ///
     /// Not `Producer::flush`: rdkafka 0.39's `BaseProducer::poll` always blocks for its whole
     /// timeout, so its flush returns in steps of 100 ms (measured: every commit spent exactly
-    /// 100 ms there, even for 16 records). The lanes' threads serve the reports as they
-    /// arrive and the one that settles the last record wakes this wait ([`Acked`]).
+    /// 100 ms there, even for 16 records). This wait serves every report queued, then
+    /// sleeps until a lane's queue gets another ([`Doorbell`]).
     pub fn flush(&self, alive: &dyn Fn()) -> anyhow::Result<()> {
         self.wait_for(None, alive)
     }
@@ -522,6 +590,10 @@ impl OutputSink {
         let (waiting_since, mut waiting_reported) = (Instant::now(), false);
         let mut backoff = Duration::from_millis(50);
         loop {
+            let seen = self.bell.count();
+            for lane in &self.lanes {
+                lane.serve();
+            }
             let in_flight = self.in_flight(through);
             if in_flight == 0 {
                 let resend: Vec<Resend> = self
@@ -568,10 +640,7 @@ impl OutputSink {
                     )));
                 }
             }
-            let held = self.acked.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if self.in_flight(through) > 0 {
-                drop(self.acked.settled.wait_timeout(held, ACK_RECHECK));
-            }
+            self.bell.wait_after(seen, ACK_RECHECK);
         }
         let failed: u64 = self.lanes.iter().map(|l| l.producer.context().failed.swap(0, Ordering::Relaxed)).sum();
         if failed > 0 {
@@ -611,14 +680,39 @@ impl OutputSink {
 }
 
 impl Drop for OutputSink {
-    /// Stops the lanes' threads (each within [`POLL_STEP`]); the producers then purge what is
-    /// left as they are dropped.
+    /// Stops the queues' callbacks before the doorbell they ring goes; the producers then
+    /// purge what is left as they are dropped.
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for lane in &mut self.lanes {
-            if let Some(poller) = lane.poller.take() {
-                let _ = poller.join();
-            }
+        for lane in &self.lanes {
+            lane.deafen();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_between_reading_the_count_and_waiting_is_not_lost() {
+        let bell = Doorbell::default();
+        let seen = bell.count();
+        bell.ring();
+        // Would sleep an hour if the ring were lost.
+        bell.wait_after(seen, Duration::from_secs(3600));
+        assert_ne!(bell.count(), seen);
+    }
+
+    #[test]
+    fn a_ring_from_another_thread_wakes_the_waiter() {
+        let bell = Arc::new(Doorbell::default());
+        let seen = bell.count();
+        let ringer = {
+            let bell = Arc::clone(&bell);
+            std::thread::spawn(move || bell.ring())
+        };
+        bell.wait_after(seen, Duration::from_secs(3600));
+        ringer.join().expect("the ringer ends");
+        assert_eq!(bell.count(), seen.wrapping_add(1));
     }
 }
