@@ -123,10 +123,9 @@ const SCRATCH_MEMTABLE_BYTES: usize = 128 << 20;
 /// Bounds crash-recovery replay: the open after a crash replays what the logs hold beyond
 /// the last flush, ~110 MB/s here (without flushing during the open; ~55 MB/s with), and it
 /// is on the path of the first action after a restart. Beyond this total the column families
-/// in the oldest log are flushed. 16 MB made the open ~3× shorter (325 → 107 ms in a
-/// recovery probe) but was in the build whose latency runs showed 2–3 s stalls (not yet
-/// told apart from the fifth producer lane it was measured with): kept at 64 MB until measured alone.
-const MAX_TOTAL_WAL_BYTES: u64 = 64 << 20;
+/// in the oldest log are flushed. With 64 MB the open took 300–500 ms of a ~0.8–1.1 s
+/// kill → first action (recovery probes, 2026-12-05/06); 16 MB made it ~3× shorter.
+const MAX_TOTAL_WAL_BYTES: u64 = 16 << 20;
 
 impl Store {
     /// Opens (or creates) the store and checks that it belongs to `opts.owner`.
