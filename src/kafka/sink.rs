@@ -299,15 +299,17 @@ impl Lane {
         unsafe { rdkafka::bindings::rd_kafka_queue_cb_event_enable(self.queue.0, None, std::ptr::null_mut()) }
     }
 
-    /// Serves the delivery reports queued (each `poll` serves one event in rdkafka 0.39).
-    fn serve(&self) {
+    /// Serves the delivery reports queued (each `poll` serves one event in rdkafka 0.39);
+    /// false when [`SERVE_AT_MOST`] stopped it with events left (which will not ring again).
+    fn serve(&self) -> bool {
         for _ in 0..SERVE_AT_MOST {
             // SAFETY: the handle is valid while the lane lives.
             if unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue.0) } == 0 {
-                return;
+                return true;
             }
             self.producer.poll(Duration::ZERO);
         }
+        false
     }
 }
 
@@ -591,8 +593,10 @@ impl OutputSink {
         let mut backoff = Duration::from_millis(50);
         loop {
             let seen = self.bell.count();
+            // Every lane is served, even after one was left with events.
+            let mut emptied = true;
             for lane in &self.lanes {
-                lane.serve();
+                emptied &= lane.serve();
             }
             let in_flight = self.in_flight(through);
             if in_flight == 0 {
@@ -640,7 +644,10 @@ impl OutputSink {
                     )));
                 }
             }
-            self.bell.wait_after(seen, ACK_RECHECK);
+            // A queue left non-empty rings no more: look again at once.
+            if emptied {
+                self.bell.wait_after(seen, ACK_RECHECK);
+            }
         }
         let failed: u64 = self.lanes.iter().map(|l| l.producer.context().failed.swap(0, Ordering::Relaxed)).sum();
         if failed > 0 {
