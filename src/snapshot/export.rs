@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tidemark_state::{ConsistentPoint, PartitionId, Store};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::error::{Op, SnapshotError};
-use super::layout::{Manifest, FORMAT};
+use super::layout::{Manifest, Published, FORMAT};
 use super::store::staging;
 use super::SnapshotConfig;
 use crate::telemetry;
@@ -28,8 +28,10 @@ pub struct Round {
     pub published: usize,
     pub unchanged: usize,
     pub failed: usize,
-    /// Bytes uploaded (the files and manifests of the snapshots published).
+    /// Bytes uploaded (the new files and the manifests of the snapshots published).
     pub bytes: u64,
+    /// Bytes of the published snapshots' files that earlier rounds had uploaded.
+    pub reused_bytes: u64,
     /// Partitions whose newest snapshot holds their state as of this round's point.
     pub current: Vec<PartitionId>,
 }
@@ -37,7 +39,8 @@ pub struct Round {
 impl Exporter {
     /// Exports `id` as of `point` and publishes it, unless its newest snapshot is already at
     /// `committed` (the offset the stream last committed) or beyond what the export holds.
-    /// `Some(bytes uploaded)` when a new snapshot was published. The export is written to a
+    /// `Some(what was uploaded)` when a new snapshot was published: only the files no
+    /// earlier snapshot of the partition holds. The export is written to a
     /// staging directory on the state volume first, then uploaded; old snapshots are pruned
     /// after a publication (a failed prune is counted, the snapshot stands).
     pub fn export_one(
@@ -46,14 +49,16 @@ impl Exporter {
         point: &ConsistentPoint<'_>,
         id: PartitionId,
         committed: Option<i64>,
-    ) -> Result<Option<u64>, SnapshotError> {
+    ) -> Result<Option<Published>, SnapshotError> {
         let layout = self.cfg.layout();
         let newest = layout.newest_offset(id)?;
         if newest.is_some_and(|n| committed.is_some_and(|c| n >= c)) {
             return Ok(None);
         }
         let staging = staging(store.path(), "export")?;
-        let Some(export) = store.export_partition(point, id, staging.path())? else { return Ok(None) };
+        // RocksDB creates the export's directory itself and refuses one that exists.
+        let dir = staging.path().join("sst");
+        let Some(export) = store.export_partition(point, id, &dir)? else { return Ok(None) };
         if newest.is_some_and(|n| n >= export.checkpoint.next_offset) {
             return Ok(None);
         }
@@ -69,12 +74,22 @@ impl Exporter {
             taken_by: self.taken_by.clone(),
             export,
         };
-        let Some(bytes) = layout.publish(staging.path(), &manifest)? else { return Ok(None) };
+        let store_id = store.identity()?;
+        let Some(published) = layout.publish(&dir, &manifest, &store_id)? else { return Ok(None) };
+        debug!(
+            partition = %id,
+            next_offset = manifest.export.checkpoint.next_offset,
+            uploaded_bytes = published.uploaded,
+            uploaded_files = published.uploaded_files,
+            reused_bytes = published.reused,
+            reused_files = published.reused_files,
+            "snapshot published"
+        );
         if let Err(e) = layout.prune(id, self.cfg.keep) {
             telemetry::snapshots::failed(e.op(Op::Prune));
             warn!(partition = %id, error = %e, "old snapshots not pruned; tried again after the next snapshot");
         }
-        Ok(Some(bytes))
+        Ok(Some(published))
     }
 
     /// Exports `ids` from one consistent point, calling `beat` before each; `committed`
@@ -100,10 +115,11 @@ impl Exporter {
                 continue;
             }
             match self.export_one(store, &point, id, committed(id)) {
-                Ok(Some(bytes)) => {
+                Ok(Some(published)) => {
                     in_a_row = 0;
                     round.published += 1;
-                    round.bytes += bytes;
+                    round.bytes += published.uploaded;
+                    round.reused_bytes += published.reused;
                     round.current.push(id);
                 }
                 Ok(None) => {
@@ -125,7 +141,7 @@ impl Exporter {
             round.failed += skipped;
             warn!(skipped, "snapshot store failing: the round's other partitions are tried again next round");
         }
-        telemetry::snapshots::uploaded(round.bytes);
+        telemetry::snapshots::uploaded(round.bytes, round.reused_bytes);
         round
     }
 }

@@ -29,6 +29,7 @@ pub fn started() {
         counter!("tidemark_snapshot_failures_total", "op" => op.label()).absolute(0);
     }
     counter!("tidemark_snapshot_upload_bytes_total").absolute(0);
+    counter!("tidemark_snapshot_reused_bytes_total").absolute(0);
     gauge!("tidemark_snapshot_lag_seconds").set(0.0);
 }
 
@@ -38,9 +39,11 @@ pub fn failed(op: Op) {
     counter!("tidemark_snapshot_failures_total", "op" => op.label()).increment(1);
 }
 
-/// Bytes uploaded by an export of several partitions (a round or a hand-over).
-pub fn uploaded(bytes: u64) {
+/// Bytes uploaded by an export of several partitions (a round or a hand-over), and bytes of
+/// the published snapshots' files that were in the store already (incremental snapshots).
+pub fn uploaded(bytes: u64, reused: u64) {
     counter!("tidemark_snapshot_upload_bytes_total").increment(bytes);
+    counter!("tidemark_snapshot_reused_bytes_total").increment(reused);
 }
 
 /// Seconds since the stalest owned partition's newest snapshot was last current (see

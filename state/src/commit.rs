@@ -5,56 +5,96 @@
 //! batch atomically, so after a crash at any instant a partition's state and offsets are
 //! either both before or both after the commit.
 
+use std::sync::Arc;
+
 use rocksdb::WriteBatch;
 
 use crate::codec;
 use crate::outbox::OutboxIndex;
-use crate::store::{aggregate_prefix, dedup_key, CF_AGGREGATES, CF_DEDUP, CF_META, CF_OUTBOX};
+use crate::parts::{self, PartCf, TAG_CHECKPOINT, TAG_OUTBOX};
+use crate::store::{aggregate_key, dedup_key};
 use crate::{Checkpoint, Namespace, PartitionId, StateError, Store};
 
 pub struct CommitBatch<'a> {
     store: &'a Store,
     batch: WriteBatch,
+    /// The column families of the partitions this batch wrote to, looked up (or created)
+    /// once per batch, not per record.
+    cfs: Vec<Arc<PartCf>>,
+    /// A partition's column family that could not be created: the batch fails as a whole
+    /// when it is committed or staged.
+    failed: Option<StateError>,
 }
 
 impl<'a> CommitBatch<'a> {
     pub(crate) fn new(store: &'a Store) -> Self {
-        CommitBatch { store, batch: WriteBatch::default() }
+        CommitBatch { store, batch: WriteBatch::default(), cfs: Vec::new(), failed: None }
+    }
+
+    /// Partition `p`'s column family, created on its first write.
+    fn cf(&mut self, p: PartitionId) -> Option<Arc<PartCf>> {
+        if let Some(cf) = self.cfs.iter().find(|c| c.p == p) {
+            return Some(Arc::clone(cf));
+        }
+        match self.store.part_or_create(p) {
+            Ok(cf) => {
+                self.cfs.push(Arc::clone(&cf));
+                Some(cf)
+            }
+            Err(e) => {
+                self.failed.get_or_insert(e);
+                None
+            }
+        }
     }
 
     pub fn put_dedup(&mut self, p: PartitionId, event_id: &str, append_ms: i64) {
-        self.batch.put_cf(self.store.cf(CF_DEDUP), dedup_key(p, event_id), append_ms.to_le_bytes());
+        if let Some(cf) = self.cf(p) {
+            self.batch.put_cf(&*cf, dedup_key(event_id), append_ms.to_le_bytes());
+        }
     }
 
     /// `value` is already encoded with [`codec::encode`].
     pub fn put_aggregate(&mut self, p: PartitionId, ns: Namespace, key: &[u8], value: &[u8]) {
-        let mut k = aggregate_prefix(p, ns);
-        k.extend_from_slice(key);
-        self.batch.put_cf(self.store.cf(CF_AGGREGATES), k, value);
+        if let Some(cf) = self.cf(p) {
+            self.batch.put_cf(&*cf, aggregate_key(ns, key), value);
+        }
     }
 
     pub fn delete_aggregate(&mut self, p: PartitionId, ns: Namespace, key: &[u8]) {
-        let mut k = aggregate_prefix(p, ns);
-        k.extend_from_slice(key);
-        self.batch.delete_cf(self.store.cf(CF_AGGREGATES), k);
+        if let Some(cf) = self.cf(p) {
+            self.batch.delete_cf(&*cf, aggregate_key(ns, key));
+        }
     }
 
     /// A new outbox row: written with the state and offsets that produced the action.
     /// An outbox row and its index entries (see [`crate::outbox`]).
     pub fn put_outbox(&mut self, p: PartitionId, key: &str, row: &[u8], index: OutboxIndex) {
-        self.batch.put_cf(self.store.cf(CF_OUTBOX), p.key(key.as_bytes()), row);
-        self.store.index_outbox(&mut self.batch, p, key, index);
+        if let Some(cf) = self.cf(p) {
+            self.batch.put_cf(&*cf, parts::tagged(TAG_OUTBOX, key.as_bytes()), row);
+            Store::index_outbox(&mut self.batch, &cf, key, index);
+        }
     }
 
     pub fn put_checkpoint(&mut self, p: PartitionId, c: &Checkpoint) -> Result<(), StateError> {
-        self.batch.put_cf(self.store.cf(CF_META), Store::checkpoint_key(p), codec::encode(c)?);
-        Ok(())
+        let value = codec::encode(c)?;
+        match self.cf(p) {
+            Some(cf) => {
+                self.batch.put_cf(&*cf, [TAG_CHECKPOINT], value);
+                Ok(())
+            }
+            // The column family could not be created: the error the batch kept.
+            None => Err(self.failed.take().unwrap_or_else(|| StateError::Decode {
+                what: "checkpoint",
+                detail: format!("no column family for {p}"),
+            })),
+        }
     }
 
     /// A named bookkeeping record (read back with [`Store::record`]); `value` is already
     /// encoded with [`codec::encode`].
     pub fn put_record(&mut self, name: &str, value: &[u8]) {
-        self.batch.put_cf(self.store.cf(CF_META), Store::record_key(name), value);
+        self.batch.put_cf(self.store.meta(), Store::record_key(name), value);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -67,26 +107,35 @@ impl<'a> CommitBatch<'a> {
 
     /// Makes the whole batch durable at once.
     pub fn commit(self) -> Result<(), StateError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
         self.store.write(self.batch)
     }
 
     /// Detaches the batch from its borrow of the store, to commit it on another thread
     /// with [`Store::commit_staged`].
     pub fn stage(self) -> StagedBatch {
-        StagedBatch(self.batch)
+        StagedBatch { batch: self.batch, failed: self.failed }
     }
 }
 
 /// A finished [`CommitBatch`] that owns its writes and may cross threads.
-pub struct StagedBatch(WriteBatch);
+pub struct StagedBatch {
+    batch: WriteBatch,
+    failed: Option<StateError>,
+}
 
 impl StagedBatch {
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.batch.is_empty() && self.failed.is_none()
     }
 
-    pub(crate) fn into_inner(self) -> WriteBatch {
-        self.0
+    pub(crate) fn into_inner(self) -> Result<WriteBatch, StateError> {
+        match self.failed {
+            Some(e) => Err(e),
+            None => Ok(self.batch),
+        }
     }
 }
 

@@ -8,6 +8,10 @@ pub enum StateError {
     /// place: the process should stop and resume from its last checkpoint.
     #[error("rocksdb at {path}: {source}")]
     Rocks { path: String, source: rocksdb::Error },
+    /// RocksDB's C API failed on a column family operation the rocksdb crate does not wrap
+    /// (creating, importing, exporting or dropping a partition's column family).
+    #[error("rocksdb at {path}: {what}: {detail}")]
+    Native { path: String, what: String, detail: String },
     /// A persisted value has an encoding version this build does not know.
     #[error("{what}: stored with encoding version {found}, this build reads version {expected}")]
     Version { what: &'static str, found: u8, expected: u8 },

@@ -1,40 +1,52 @@
 //! One partition's state as files, and back: what a snapshot carries between pods.
 //!
-//! Every key of a partition starts with its [`PartitionId`] prefix ([`crate::keys`]), so its
-//! state is one contiguous range in each column family. An export reads those ranges through
-//! one RocksDB snapshot (every commit is one atomic batch, so any snapshot is a commit
-//! boundary: state, outbox rows and checkpoint agree) and writes each non-empty range as an
-//! SST file. An import drops the partition's range, ingests the files, and writes the
-//! checkpoint last: a crash in the middle leaves no checkpoint, so the next start imports
-//! again instead of running on half a state.
+//! A partition's state is its column family ([`crate::parts`]). An export takes RocksDB's
+//! export of that column family: its memtable is flushed and its live SST files are
+//! hard-linked into a directory, with each file's level, key range and sequence numbers.
+//! SST files never change once written, so a snapshot store that already holds a file from
+//! an earlier round needs only the new ones (incremental snapshots; `src/snapshot`).
+//!
+//! The column family holds the partition's checkpoint with its state, so the exported files
+//! are of one commit boundary whatever the stream thread commits meanwhile. The checkpoint
+//! an export reports is read from a consistent point taken just before: the files hold at
+//! least that much (the same, for a partition that no longer commits here, as in a
+//! hand-over), and the import reads the exact one back from the files.
+//!
+//! An import creates the partition's next column family generation from the files (moved,
+//! not copied, when they are on the state volume) and drops the previous generation: the
+//! partition is the old state or the new one, never half of either.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use rocksdb::{IngestExternalFileOptions, IteratorMode, Options, ReadOptions, SstFileWriter, WriteOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::codec;
-use crate::store::{CF_AGGREGATES, CF_DEDUP, CF_DEDUP_LEGACY, CF_META, CF_OUTBOX, CF_OUTBOX_EXPIRY, CF_OUTBOX_PENDING};
+use crate::parts::{self, c_string, ffi, take_error, TAG_CHECKPOINT};
 use crate::{Checkpoint, PartitionId, StateError, Store};
 
-/// The column families that hold per-partition state (the checkpoint lives in `meta`).
-const PARTITION_CFS: [&str; 6] =
-    [CF_DEDUP, CF_DEDUP_LEGACY, CF_AGGREGATES, CF_OUTBOX, CF_OUTBOX_PENDING, CF_OUTBOX_EXPIRY];
-
-/// One exported SST file: a column family's range of one partition.
+/// One SST file of an exported partition and what RocksDB needs to import it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExportedFile {
-    pub column_family: String,
-    /// File name inside the export directory.
+    /// RocksDB's name of the file (`000123.sst`): unique within the store that wrote it.
     pub file: String,
     pub bytes: u64,
+    pub level: i32,
+    #[serde(with = "hex_bytes")]
+    pub smallest_key: Vec<u8>,
+    #[serde(with = "hex_bytes")]
+    pub largest_key: Vec<u8>,
+    pub smallest_seqno: u64,
+    pub largest_seqno: u64,
     pub entries: u64,
+    pub deletions: u64,
 }
 
-/// What [`Store::export_partition`] wrote: the files and the checkpoint they are consistent with.
+/// What [`Store::export_partition`] wrote: the files and the checkpoint they hold at least.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionExport {
     pub checkpoint: Checkpoint,
+    /// The key comparator of the exporting store (RocksDB's bytewise one).
+    pub comparator: String,
     pub files: Vec<ExportedFile>,
 }
 
@@ -48,51 +60,83 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> StateError + '_ {
     move |source| StateError::Io { path: path.display().to_string(), source }
 }
 
+fn c_str_owned(ptr: *const std::ffi::c_char) -> String {
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: NUL-terminated strings owned by the RocksDB object the caller still holds.
+    unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}
+
+fn bytes_at(ptr: *const std::ffi::c_char, len: usize) -> Vec<u8> {
+    if ptr.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: `len` bytes owned by the RocksDB object the caller still holds.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }.to_vec()
+}
+
 impl Store {
-    /// Writes partition `p`'s state, as of one consistent point, into `dir` (which must
-    /// exist): one SST file per non-empty column family. `None` when `p` has never committed
-    /// here. The caller takes the snapshot so that several partitions exported together are
-    /// of the same instant (see [`Store::consistent_point`]).
+    /// Exports partition `p`'s column family into `dir`, which must not exist yet (RocksDB
+    /// creates it): the files are hard links to the store's own, so the export costs a
+    /// memtable flush, not a copy. `None` when `p` has no checkpoint at `point`.
     pub fn export_partition(
         &self,
         point: &ConsistentPoint<'_>,
         p: PartitionId,
         dir: &Path,
     ) -> Result<Option<PartitionExport>, StateError> {
-        let snapshot = &point.0;
-        let Some(raw) = snapshot.get_cf(self.cf(CF_META), Self::checkpoint_key(p)).map_err(|e| self.rocks(e))? else {
+        let Some(cf) = self.part(p) else { return Ok(None) };
+        let Some(raw) = point.0.get_cf(&*cf, [TAG_CHECKPOINT]).map_err(|e| self.rocks(e))? else {
             return Ok(None);
         };
         let checkpoint: Checkpoint = codec::decode("checkpoint", &raw)?;
-        let mut files = Vec::new();
-        for name in PARTITION_CFS {
-            let file = format!("{name}.sst");
-            let path = dir.join(&file);
-            let opts = sst_options();
-            let mut writer: Option<SstFileWriter<'_>> = None;
-            let mut entries = 0u64;
-            let mut read = ReadOptions::default();
-            read.set_iterate_lower_bound(p.prefix().to_vec());
-            read.set_iterate_upper_bound(p.prefix_end());
-            for item in snapshot.iterator_cf_opt(self.cf(name), read, IteratorMode::Start) {
-                let (k, v) = item.map_err(|e| self.rocks(e))?;
-                if writer.is_none() {
-                    let w = SstFileWriter::create(&opts);
-                    w.open(&path).map_err(|e| self.rocks(e))?;
-                    writer = Some(w);
-                }
-                if let Some(w) = writer.as_mut() {
-                    w.put(&k, &v).map_err(|e| self.rocks(e))?;
-                }
-                entries += 1;
+        let c_dir = c_string(&dir.display().to_string())?;
+        let mut err = std::ptr::null_mut();
+        // SAFETY: valid database and column family handles for the duration of the calls;
+        // every object created here is destroyed here, on every path.
+        unsafe {
+            let checkpointer = ffi::rocksdb_checkpoint_object_create(self.raw_db(), &mut err);
+            if let Some(msg) = take_error(err) {
+                return Err(self.ffi_error("creating a checkpoint object", msg));
             }
-            if let Some(mut w) = writer {
-                w.finish().map_err(|e| self.rocks(e))?;
-                let bytes = std::fs::metadata(&path).map_err(io(&path))?.len();
-                files.push(ExportedFile { column_family: name.to_string(), file, bytes, entries });
+            let metadata = ffi::rocksdb_checkpoint_export_column_family(
+                checkpointer,
+                rocksdb::AsColumnFamilyRef::inner(&*cf),
+                c_dir.as_ptr(),
+                &mut err,
+            );
+            ffi::rocksdb_checkpoint_object_destroy(checkpointer);
+            if let Some(msg) = take_error(err) {
+                return Err(self.ffi_error(&format!("exporting {p} into {}", dir.display()), msg));
             }
+            let comparator_ptr = ffi::rocksdb_export_import_files_metadata_get_db_comparator_name(metadata);
+            let comparator = c_str_owned(comparator_ptr);
+            ffi::rocksdb_free(comparator_ptr.cast());
+            let files = ffi::rocksdb_export_import_files_metadata_get_files(metadata);
+            let mut out = Vec::new();
+            for i in 0..ffi::rocksdb_livefiles_count(files) {
+                let (mut small_len, mut large_len) = (0usize, 0usize);
+                let small = ffi::rocksdb_livefiles_smallestkey(files, i, &mut small_len);
+                let large = ffi::rocksdb_livefiles_largestkey(files, i, &mut large_len);
+                let name = c_str_owned(ffi::rocksdb_livefiles_name(files, i));
+                out.push(ExportedFile {
+                    file: name.trim_start_matches('/').to_string(),
+                    bytes: ffi::rocksdb_livefiles_size(files, i) as u64,
+                    level: ffi::rocksdb_livefiles_level(files, i),
+                    smallest_key: bytes_at(small, small_len),
+                    largest_key: bytes_at(large, large_len),
+                    smallest_seqno: ffi::rocksdb_livefiles_smallest_seqno(files, i),
+                    largest_seqno: ffi::rocksdb_livefiles_largest_seqno(files, i),
+                    entries: ffi::rocksdb_livefiles_entries(files, i),
+                    deletions: ffi::rocksdb_livefiles_deletions(files, i),
+                });
+            }
+            ffi::rocksdb_livefiles_destroy(files);
+            ffi::rocksdb_export_import_files_metadata_destroy(metadata);
+            out.sort_by(|a, b| a.file.cmp(&b.file));
+            Ok(Some(PartitionExport { checkpoint, comparator, files: out }))
         }
-        Ok(Some(PartitionExport { checkpoint, files }))
     }
 
     /// A consistent point of the whole store to export partitions from.
@@ -103,27 +147,28 @@ impl Store {
         ConsistentPoint(self.db.snapshot(), taken_at_ms)
     }
 
-    /// Replaces partition `p`'s state with an export read from `dir` (left as it was), or
-    /// leaves it as it was: a failed import never leaves the partition empty or half there.
+    /// Replaces partition `p`'s state with an export read from `dir`, or leaves it as it
+    /// was: a failed import never leaves the partition empty or half there.
     ///
-    /// 1. A file whose size differs from the export's record is refused.
-    /// 2. The files are copied into a staging folder inside the store's directory: the copy
-    ///    is where a full disk shows (an import needs the partition's size free), before
-    ///    anything changed.
-    /// 3. What the store holds of `p` is exported into the staging folder too (usually
-    ///    nothing: a moved partition has no state here).
-    /// 4. The partition's range is dropped, the staged files are ingested (moved, not copied
-    ///    again) and the checkpoint is written last with fsync. If an ingest fails, the range
-    ///    is dropped again and step 3's copy ingested in its place.
+    /// 1. A missing file, or one whose size differs from the export's record, is refused
+    ///    before anything changes.
+    /// 2. RocksDB creates the partition's next column family generation from the files
+    ///    (hard links when `dir` is on the state volume, so `dir` is left as it was) and
+    ///    reads every file's keys as it does; a damaged file fails the import, which then
+    ///    leaves no column family behind.
+    /// 3. The previous generation is dropped. A crash between 2 and 3 leaves both, and the
+    ///    next open keeps the newer one.
     pub fn import_partition(&self, p: PartitionId, dir: &Path, export: &PartitionExport) -> Result<(), StateError> {
-        let mut files: Vec<(&str, &str, PathBuf)> = Vec::new();
+        if export.files.is_empty() {
+            return Err(StateError::Decode {
+                what: "partition export",
+                detail: format!("no files in {}", dir.display()),
+            });
+        }
         for f in &export.files {
-            let Some(name) = PARTITION_CFS.iter().find(|n| **n == f.column_family) else {
-                return Err(StateError::Decode {
-                    what: "partition export",
-                    detail: format!("unknown column family {} in {}", f.column_family, dir.display()),
-                });
-            };
+            if f.file.is_empty() || f.file.contains(['/', '\\']) || f.file.starts_with('.') {
+                return Err(StateError::Decode { what: "partition export", detail: format!("file name {:?}", f.file) });
+            }
             let path = dir.join(&f.file);
             let bytes = std::fs::metadata(&path).map_err(io(&path))?.len();
             if bytes != f.bytes {
@@ -132,81 +177,52 @@ impl Store {
                     detail: format!("{} has {bytes} bytes, the export recorded {}", path.display(), f.bytes),
                 });
             }
-            files.push((name, f.file.as_str(), path));
         }
-        let staging = self.path().join(format!("import-{}-{}", p.source, p.partition));
-        let result = self.import_staged(p, &staging, &files, &export.checkpoint);
-        if staging.exists() {
-            let _ = std::fs::remove_dir_all(&staging);
-        }
-        result
-    }
-
-    fn import_staged(
-        &self,
-        p: PartitionId,
-        staging: &Path,
-        files: &[(&str, &str, PathBuf)],
-        checkpoint: &Checkpoint,
-    ) -> Result<(), StateError> {
-        if staging.exists() {
-            std::fs::remove_dir_all(staging).map_err(io(staging))?;
-        }
-        let (incoming, local) = (staging.join("incoming"), staging.join("local"));
-        for d in [&incoming, &local] {
-            std::fs::create_dir_all(d).map_err(io(d))?;
-        }
-        let mut staged = Vec::new();
-        for (name, file, path) in files {
-            let to = incoming.join(file);
-            std::fs::copy(path, &to).map_err(io(&to))?;
-            staged.push((*name, to));
-        }
-        let kept = self.export_partition(&self.consistent_point(), p, &local)?;
-        self.drop_partition(p)?;
-        match self.ingest(&staged).and_then(|()| self.put_checkpoint_synced(p, checkpoint)) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.drop_partition(p)?;
-                if let Some(kept) = kept {
-                    let back: Vec<(&str, PathBuf)> = kept
-                        .files
-                        .iter()
-                        .filter_map(|f| {
-                            let name = PARTITION_CFS.iter().find(|n| **n == f.column_family)?;
-                            Some((*name, local.join(&f.file)))
-                        })
-                        .collect();
-                    self.ingest(&back)?;
-                    self.put_checkpoint_synced(p, &kept.checkpoint)?;
-                }
-                Err(e)
+        let c_dir = c_string(&dir.display().to_string())?;
+        let cf_name = c_string(&parts::cf_name(p, 0))?;
+        let comparator = c_string(&export.comparator)?;
+        let names = export.files.iter().map(|f| c_string(&format!("/{}", f.file))).collect::<Result<Vec<_>, _>>()?;
+        // SAFETY: every object created here is handed over or destroyed here; the metadata's
+        // strings are copied by RocksDB.
+        let metadata = unsafe {
+            let metadata = ffi::rocksdb_export_import_files_metadata_create();
+            ffi::rocksdb_export_import_files_metadata_set_db_comparator_name(metadata, comparator.as_ptr());
+            let files = ffi::rocksdb_livefiles_create();
+            for (f, name) in export.files.iter().zip(&names) {
+                let lf = ffi::rocksdb_livefile_create();
+                ffi::rocksdb_livefile_set_column_family_name(lf, cf_name.as_ptr());
+                ffi::rocksdb_livefile_set_level(lf, f.level);
+                ffi::rocksdb_livefile_set_name(lf, name.as_ptr());
+                ffi::rocksdb_livefile_set_directory(lf, c_dir.as_ptr());
+                ffi::rocksdb_livefile_set_size(lf, f.bytes as usize);
+                ffi::rocksdb_livefile_set_smallest_key(lf, f.smallest_key.as_ptr().cast(), f.smallest_key.len());
+                ffi::rocksdb_livefile_set_largest_key(lf, f.largest_key.as_ptr().cast(), f.largest_key.len());
+                ffi::rocksdb_livefile_set_smallest_seqno(lf, f.smallest_seqno);
+                ffi::rocksdb_livefile_set_largest_seqno(lf, f.largest_seqno);
+                ffi::rocksdb_livefile_set_num_entries(lf, f.entries);
+                ffi::rocksdb_livefile_set_num_deletions(lf, f.deletions);
+                ffi::rocksdb_livefiles_add(files, lf);
             }
-        }
-    }
-
-    /// Ingests `files` (column family, path) by moving them into the store.
-    fn ingest(&self, files: &[(&str, PathBuf)]) -> Result<(), StateError> {
-        let mut ingest = IngestExternalFileOptions::default();
-        ingest.set_move_files(true);
-        for (name, path) in files {
-            self.db
-                .ingest_external_file_cf_opts(self.cf(name), &ingest, vec![path.clone()])
-                .map_err(|e| self.rocks(e))?;
+            ffi::rocksdb_export_import_files_metadata_set_files(metadata, files);
+            metadata
+        };
+        let result = self.replace_part_with_import(p, metadata);
+        // SAFETY: created above, used by the import only.
+        unsafe { ffi::rocksdb_export_import_files_metadata_destroy(metadata) };
+        result?;
+        if self.checkpoint(p)?.is_none() {
+            self.drop_part(p)?;
+            return Err(StateError::Decode {
+                what: "partition export",
+                detail: format!("the files in {} hold no checkpoint of {p}", dir.display()),
+            });
         }
         Ok(())
     }
-
-    fn put_checkpoint_synced(&self, p: PartitionId, checkpoint: &Checkpoint) -> Result<(), StateError> {
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
-        self.db
-            .put_cf_opt(self.cf(CF_META), Self::checkpoint_key(p), codec::encode(checkpoint)?, &sync)
-            .map_err(|e| self.rocks(e))
-    }
 }
 
-/// A RocksDB snapshot of the store: every partition exported from it is of the same commit.
+/// A RocksDB snapshot of the store: the checkpoint every partition exported from it holds at
+/// least, and the wall-clock time of that state.
 pub struct ConsistentPoint<'a>(rocksdb::SnapshotWithThreadMode<'a, rocksdb::DB>, i64);
 
 impl ConsistentPoint<'_> {
@@ -217,10 +233,25 @@ impl ConsistentPoint<'_> {
     }
 }
 
-fn sst_options() -> Options {
-    let mut opts = Options::default();
-    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    opts
+/// Keys as hex strings in manifests.
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        s.serialize_str(&hex)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let hex = String::deserialize(d)?;
+        if hex.len() % 2 != 0 {
+            return Err(serde::de::Error::custom("odd number of hex digits"));
+        }
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(serde::de::Error::custom))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -232,8 +263,8 @@ mod tests {
         Store::open(dir, &StoreOptions { owner: "t/g".into(), ..StoreOptions::default() })
     }
 
-    /// Two empty stores and a directory for the export's files (the stores close before
-    /// their directories go: fields drop in order).
+    /// Two empty stores and a directory for the exports (the stores close before their
+    /// directories go: fields drop in order).
     struct Fixture {
         a: Store,
         b: Store,
@@ -251,29 +282,37 @@ mod tests {
         })
     }
 
-    fn fill(store: &Store, p: PartitionId, n: i64) -> Result<(), StateError> {
+    fn fill_from(store: &Store, p: PartitionId, from: i64, n: i64) -> Result<(), StateError> {
         let mut b = store.batch();
-        for i in 0..n {
+        for i in from..from + n {
             b.put_dedup(p, &format!("e-{}-{i}", p.partition), 1_000 + i);
             b.put_aggregate(p, Namespace::Dashboard, format!("k{i}").as_bytes(), &codec::encode(&i)?);
         }
         b.put_outbox(p, &format!("act-{}", p.partition), b"row", OutboxIndex::Pending);
         b.put_checkpoint(
             p,
-            &Checkpoint { next_offset: n, max_event_ms: Some(7), max_append_ms: 1_000 + n, records: 9 },
+            &Checkpoint { next_offset: from + n, max_event_ms: Some(7), max_append_ms: 1_000 + from + n, records: 9 },
         )?;
         store.commit_staged(b.stage())
+    }
+
+    fn fill(store: &Store, p: PartitionId, n: i64) -> Result<(), StateError> {
+        fill_from(store, p, 0, n)
+    }
+
+    fn export(store: &Store, p: PartitionId, dir: &Path) -> Result<PartitionExport, StateError> {
+        Ok(store.export_partition(&store.consistent_point(), p, dir)?.expect("p committed"))
     }
 
     #[test]
     fn a_partition_exported_from_one_store_reads_the_same_in_another() -> Result<(), StateError> {
         let f = fixture()?;
-        let (a, b, files) = (&f.a, &f.b, &f.files);
+        let (a, b, files) = (&f.a, &f.b, f.files.path().join("e"));
         let (p, other) = (PartitionId::orders(3), PartitionId::orders(4));
         fill(a, p, 50)?;
         fill(a, other, 5)?;
-        let export = a.export_partition(&a.consistent_point(), p, files.path())?.expect("p committed");
-        b.import_partition(p, files.path(), &export)?;
+        let export = export(a, p, &files)?;
+        b.import_partition(p, &files, &export)?;
 
         assert_eq!(b.checkpoint(p)?, a.checkpoint(p)?);
         assert_eq!(b.load_aggregates(p, Namespace::Dashboard)?, a.load_aggregates(p, Namespace::Dashboard)?);
@@ -284,81 +323,129 @@ mod tests {
         assert!(b.dedup_lookup(p, &ids)?.iter().all(Option::is_some), "every dedup entry came along");
         assert_eq!(b.checkpoint(other)?, None, "only the exported partition moved");
         assert!(b.load_aggregates(other, Namespace::Dashboard)?.is_empty());
+        fill_from(b, p, 50, 1)?;
+        assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(51), "the imported partition takes new commits");
         Ok(())
     }
 
     #[test]
-    fn an_import_replaces_what_the_store_held_of_the_partition() -> Result<(), StateError> {
+    fn an_import_replaces_what_the_store_held_of_the_partition_and_survives_a_reopen() -> Result<(), StateError> {
         let f = fixture()?;
-        let (a, b, files) = (&f.a, &f.b, &f.files);
+        let (a, files) = (&f.a, f.files.path().join("e"));
+        let b_dir = tempfile::tempdir().expect("tmp");
         let p = PartitionId::sku(1);
         fill(a, p, 3)?;
-        fill(b, p, 40)?;
-        let export = a.export_partition(&a.consistent_point(), p, files.path())?.expect("p committed");
-        b.import_partition(p, files.path(), &export)?;
-        assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(3));
-        assert_eq!(b.load_aggregates(p, Namespace::Dashboard)?.len(), 3, "the old rows are gone");
+        let export = export(a, p, &files)?;
+        {
+            let b = open(b_dir.path())?;
+            fill(&b, p, 40)?;
+            b.import_partition(p, &files, &export)?;
+            assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(3));
+            assert_eq!(b.load_aggregates(p, Namespace::Dashboard)?.len(), 3, "the old rows are gone");
+        }
+        let b = open(b_dir.path())?;
+        assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(3), "the imported generation after a reopen");
+        assert_eq!(b.load_aggregates(p, Namespace::Dashboard)?.len(), 3);
         Ok(())
     }
 
     #[test]
-    fn an_export_is_of_the_moment_its_point_was_taken() -> Result<(), StateError> {
+    fn an_export_holds_at_least_its_points_checkpoint_and_the_import_reads_the_exact_one() -> Result<(), StateError> {
         let f = fixture()?;
-        let (a, files) = (&f.a, &f.files);
+        let (a, b, files) = (&f.a, &f.b, f.files.path().join("e"));
         let p = PartitionId::orders(0);
         fill(a, p, 10)?;
         let point = a.consistent_point();
-        fill(a, p, 20)?;
-        let export = a.export_partition(&point, p, files.path())?.expect("p committed");
-        assert_eq!(export.checkpoint.next_offset, 10);
-        let agg = export.files.iter().find(|f| f.column_family == CF_AGGREGATES).map(|f| f.entries);
-        assert_eq!(agg, Some(10), "rows written after the point are not in it");
+        fill_from(a, p, 10, 10)?;
+        let export = a.export_partition(&point, p, &files)?.expect("p committed");
+        assert_eq!(export.checkpoint.next_offset, 10, "the point's checkpoint: a lower bound");
+        b.import_partition(p, &files, &export)?;
+        assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(20), "the files' own checkpoint");
+        assert_eq!(b.load_aggregates(p, Namespace::Dashboard)?.len(), 20, "state and checkpoint agree");
+        Ok(())
+    }
+
+    #[test]
+    fn a_second_export_shares_the_files_of_the_first_and_adds_only_what_is_new() -> Result<(), StateError> {
+        let f = fixture()?;
+        let a = &f.a;
+        let p = PartitionId::orders(1);
+        fill(a, p, 1_000)?;
+        let first = export(a, p, &f.files.path().join("1"))?;
+        fill_from(a, p, 1_000, 10)?;
+        let second = export(a, p, &f.files.path().join("2"))?;
+        let new: Vec<&ExportedFile> = second.files.iter().filter(|s| !first.files.contains(s)).collect();
+        assert!(first.files.iter().all(|f| second.files.contains(f)), "{first:?} then {second:?}");
+        assert_eq!(new.len(), 1, "one flushed file: {new:?}");
+        assert!(new[0].bytes < first.bytes() / 4, "the new file holds the 10 new entries, not the 1,000");
+        // The newest value of a key overwritten across files wins after an import.
+        let b = &f.b;
+        b.import_partition(p, &f.files.path().join("2"), &second)?;
+        assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(1_010));
         Ok(())
     }
 
     #[test]
     fn an_import_that_fails_after_its_checks_leaves_the_local_state_as_it_was() -> Result<(), StateError> {
         let f = fixture()?;
-        let (a, b, files) = (&f.a, &f.b, &f.files);
+        let (a, b, files) = (&f.a, &f.b, f.files.path().join("e"));
         let p = PartitionId::sku(2);
         fill(a, p, 30)?;
         fill(b, p, 12)?;
-        let export = a.export_partition(&a.consistent_point(), p, files.path())?.expect("p committed");
-        // The last file is not an SST any more, at the size the export recorded: it passes the
-        // size check and fails only when RocksDB ingests it, after the first files went in.
-        let victim = files.path().join(&export.files.last().expect("files").file);
+        let export = export(a, p, &files)?;
+        // The file is not an SST any more, at the size the export recorded: it passes the
+        // size check and fails only when RocksDB reads it.
+        let victim = files.join(&export.files.last().expect("files").file);
         let size = std::fs::metadata(&victim).unwrap().len();
+        std::fs::remove_file(&victim).unwrap();
         std::fs::write(&victim, vec![b'x'; usize::try_from(size).unwrap()]).unwrap();
-        assert!(b.import_partition(p, files.path(), &export).is_err(), "a broken file is not imported");
+        assert!(b.import_partition(p, &files, &export).is_err(), "a broken file is not imported");
         assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(12), "the local checkpoint is still there");
         assert_eq!(b.load_aggregates(p, Namespace::Dashboard)?.len(), 12, "and so is the local state");
         assert_eq!(b.outbox_pending_count(p)?, 1);
         let ids: Vec<String> = (0..12).map(|i| format!("e-2-{i}")).collect();
         assert!(b.dedup_lookup(p, &ids)?.iter().all(Option::is_some), "every local dedup entry");
-        let left: Vec<_> = std::fs::read_dir(b.path())
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("import-"))
-            .collect();
-        assert!(left.is_empty(), "no staging folder is left behind");
+        fill_from(b, p, 12, 1)?;
+        assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(13), "and it takes commits");
         Ok(())
     }
 
     #[test]
     fn a_partition_that_never_committed_exports_nothing_and_a_damaged_file_is_refused() -> Result<(), StateError> {
         let f = fixture()?;
-        let (a, b, files) = (&f.a, &f.b, &f.files);
-        assert_eq!(a.export_partition(&a.consistent_point(), PartitionId::orders(9), files.path())?, None);
+        let (a, b) = (&f.a, &f.b);
+        let files = f.files.path().join("e");
+        assert_eq!(a.export_partition(&a.consistent_point(), PartitionId::orders(9), &files)?, None);
         let p = PartitionId::orders(1);
         fill(a, p, 5)?;
-        let export = a.export_partition(&a.consistent_point(), p, files.path())?.expect("p committed");
-        let victim = files.path().join(&export.files[0].file);
+        let export = export(a, p, &files)?;
+        let victim = files.join(&export.files[0].file);
         let mut bytes = std::fs::read(&victim).unwrap();
         bytes.truncate(bytes.len() / 2);
+        std::fs::remove_file(&victim).unwrap();
         std::fs::write(&victim, bytes).unwrap();
         fill(b, p, 2)?;
-        assert!(matches!(b.import_partition(p, files.path(), &export), Err(StateError::Decode { .. })));
+        assert!(matches!(b.import_partition(p, &files, &export), Err(StateError::Decode { .. })));
         assert_eq!(b.checkpoint(p)?.map(|c| c.next_offset), Some(2), "nothing changed");
         Ok(())
+    }
+
+    #[test]
+    fn a_files_keys_are_hex_in_a_manifest_and_read_back_as_written() {
+        let f = ExportedFile {
+            file: "000012.sst".into(),
+            bytes: 3,
+            level: 6,
+            smallest_key: vec![0, 0xff, b'a'],
+            largest_key: vec![],
+            smallest_seqno: 1,
+            largest_seqno: 9,
+            entries: 2,
+            deletions: 0,
+        };
+        let json = serde_json::to_string(&f).expect("encode");
+        assert!(json.contains("\"smallest_key\":\"00ff61\""), "{json}");
+        assert_eq!(serde_json::from_str::<ExportedFile>(&json).expect("decode"), f);
+        assert!(serde_json::from_str::<ExportedFile>(&json.replace("00ff61", "0ff61")).is_err(), "odd digits");
     }
 }

@@ -1,5 +1,6 @@
-//! Key layout. Every key starts with the 6-byte [`PartitionId`] prefix so one partition's
-//! state is a contiguous range: restored with one prefix scan, dropped with one range delete.
+//! Partitions and the namespaces of aggregate state. A partition's state is a column family
+//! of its own (`crate::parts`); the 6-byte [`PartitionId::prefix`] was the key prefix of the
+//! layout before it, and is read only when an older store is moved (`crate::migrate`).
 
 use std::fmt;
 
@@ -96,8 +97,8 @@ impl fmt::Debug for PartitionId {
     }
 }
 
-/// Kinds of keyed aggregate state in the `aggregates` column family; the byte follows the
-/// partition prefix.
+/// Kinds of keyed aggregate state in a partition's column family; the byte follows the
+/// aggregate tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Namespace {

@@ -1,17 +1,22 @@
 //! The embedded state store of tidemark: one RocksDB database per process, one column family
-//! per concern, every key prefixed by the source partition that owns it.
+//! per source partition (its dedup entries, aggregates, outbox and checkpoint), so a
+//! partition's files are its own and move as files.
 //!
 //! Module map:
 //! - [`codec`]: the one versioned bincode encoding of every persisted value.
-//! - [`keys`]: key layout (`PartitionId` prefix + concern-specific suffix).
+//! - [`keys`]: partitions (`PartitionId`) and the namespaces of aggregate state.
+//! - [`parts`]: one column family per partition: names, tags of the tables inside it,
+//!   creation, import and drop through RocksDB's C API.
+//! - [`migrate`]: a store of the layout before (one column family per concern) moved into
+//!   partition column families at open.
 //! - [`checkpoint`]: what a partition persists about its progress.
 //! - [`store`]: opening the database, column families, reads used on restore and dedup.
 //! - [`view`]: the reads and staged writes the engine needs, as traits (`StateView`,
 //!   `StateWrite`, `StateStore`), implemented by the RocksDB store and the in-memory one.
 //! - [`memory`]: `MemStore`, an in-memory store (BTreeMaps) for the test driver and tests.
 //! - [`outbox`]: the pending and expiry indexes of the action outbox.
-//! - [`export`]: one partition's state as SST files and back (snapshots that move a
-//!   partition between pods).
+//! - [`export`]: one partition's column family as SST files and back (snapshots that move a
+//!   partition between pods; its files are immutable, so snapshots are incremental).
 //! - [`commit`]: the single `WriteBatch` that makes state, outbox rows and offsets durable together.
 //! - [`deferred`]: `DeferredWrites`, writes recorded on a worker thread and applied later, in
 //!   order, to that batch.
@@ -25,7 +30,9 @@ pub mod error;
 pub mod export;
 pub mod keys;
 pub mod memory;
+mod migrate;
 pub mod outbox;
+pub(crate) mod parts;
 pub mod store;
 pub mod view;
 

@@ -1,12 +1,12 @@
 //! Outbox indexes: pending rows found and final rows expired without reading every row.
 //!
-//! The outbox column family holds one row per action idempotency key (encoded by the
-//! runtime; this crate never decodes it). Two index column families sit beside it and are
-//! written in the same batch as the row they describe:
+//! A partition's column family holds one outbox row per action idempotency key (tag `o`;
+//! encoded by the runtime, this crate never decodes it). Two indexes sit beside the rows
+//! and are written in the same batch as the row they describe:
 //!
-//! - `outbox-pending`: `partition | key` for every row still to be delivered. The runtime's
-//!   scans (start, assignment, a lost hand-over) and `--exit-at-end` read only these.
-//! - `outbox-expiry`: `partition | created_at (order-preserving) | key` for every final row
+//! - pending (tag `p`): `key` for every row still to be delivered. The runtime's scans
+//!   (start, assignment, a lost hand-over) and `--exit-at-end` read only these.
+//! - expiry (tag `x`): `created_at (order-preserving) | key` for every final row
 //!   (delivered, conflict, failed, shadow). Expiry walks it from the oldest entry and stops
 //!   at the first row that is still inside the retention: its cost is the rows it deletes.
 //!
@@ -15,7 +15,8 @@
 
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch};
 
-use crate::store::{Store, CF_META, CF_OUTBOX, CF_OUTBOX_EXPIRY, CF_OUTBOX_PENDING};
+use crate::parts::{self, PartCf, TAG_EXPIRY, TAG_OUTBOX, TAG_PENDING};
+use crate::store::Store;
 use crate::{KeyValue, PartitionId, StateError};
 
 /// Where a row written to the outbox belongs.
@@ -41,9 +42,9 @@ fn unordered(bytes: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
 }
 
-fn expiry_key(p: PartitionId, created_at_ms: i64, key: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(PartitionId::PREFIX_LEN + 8 + key.len());
-    k.extend_from_slice(&p.prefix());
+fn expiry_key(created_at_ms: i64, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + 8 + key.len());
+    k.push(TAG_EXPIRY);
     k.extend_from_slice(&ordered(created_at_ms));
     k.extend_from_slice(key.as_bytes());
     k
@@ -52,23 +53,34 @@ fn expiry_key(p: PartitionId, created_at_ms: i64, key: &str) -> Vec<u8> {
 impl Store {
     /// Adds the index writes of one outbox row to `batch` (the row itself is written by the
     /// caller in the same batch). A final row's pending entry is deleted.
-    pub(crate) fn index_outbox(&self, batch: &mut WriteBatch, p: PartitionId, key: &str, index: OutboxIndex) {
+    pub(crate) fn index_outbox(batch: &mut WriteBatch, cf: &PartCf, key: &str, index: OutboxIndex) {
         match index {
-            OutboxIndex::Pending => batch.put_cf(self.cf(CF_OUTBOX_PENDING), p.key(key.as_bytes()), []),
+            OutboxIndex::Pending => batch.put_cf(cf, parts::tagged(TAG_PENDING, key.as_bytes()), []),
             OutboxIndex::Final { created_at_ms } => {
-                batch.delete_cf(self.cf(CF_OUTBOX_PENDING), p.key(key.as_bytes()));
-                batch.put_cf(self.cf(CF_OUTBOX_EXPIRY), expiry_key(p, created_at_ms, key), []);
+                batch.delete_cf(cf, parts::tagged(TAG_PENDING, key.as_bytes()));
+                batch.put_cf(cf, expiry_key(created_at_ms, key), []);
             }
         }
+    }
+
+    fn outbox_row_batch(
+        &self,
+        p: PartitionId,
+        key: &str,
+        row: &[u8],
+        index: OutboxIndex,
+    ) -> Result<WriteBatch, StateError> {
+        let cf = self.part_or_create(p)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(&*cf, parts::tagged(TAG_OUTBOX, key.as_bytes()), row);
+        Self::index_outbox(&mut batch, &cf, key, index);
+        Ok(batch)
     }
 
     /// Overwrites an outbox row outside a commit batch (the dispatcher recording an outcome,
     /// `tidemark actions resend`), with its index entries, durably.
     pub fn outbox_update(&self, p: PartitionId, key: &str, row: &[u8], index: OutboxIndex) -> Result<(), StateError> {
-        let mut batch = WriteBatch::default();
-        batch.put_cf(self.cf(CF_OUTBOX), p.key(key.as_bytes()), row);
-        self.index_outbox(&mut batch, p, key, index);
-        self.write(batch)
+        self.write(self.outbox_row_batch(p, key, row, index)?)
     }
 
     /// [`Store::outbox_update`] without waiting for fsync ([`Store::write_unsynced`]): for an
@@ -81,10 +93,7 @@ impl Store {
         row: &[u8],
         index: OutboxIndex,
     ) -> Result<(), StateError> {
-        let mut batch = WriteBatch::default();
-        batch.put_cf(self.cf(CF_OUTBOX), p.key(key.as_bytes()), row);
-        self.index_outbox(&mut batch, p, key, index);
-        self.write_unsynced(batch)
+        self.write_unsynced(self.outbox_row_batch(p, key, row, index)?)
     }
 
     /// The rows of a partition still to be delivered, in key order, read through the pending
@@ -102,31 +111,26 @@ impl Store {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StateError> {
-        let prefix = p.prefix();
+        let Some(cf) = self.part(p) else { return Ok(Vec::new()) };
         let mut keys = Vec::new();
         let mut read = ReadOptions::default();
-        read.set_iterate_upper_bound(p.prefix_end());
-        let start = match after {
-            Some(k) => p.key(k),
-            None => prefix.to_vec(),
-        };
-        let iter =
-            self.db.iterator_cf_opt(self.cf(CF_OUTBOX_PENDING), read, IteratorMode::From(&start, Direction::Forward));
-        for item in iter {
+        read.set_iterate_upper_bound(parts::tag_end(TAG_PENDING));
+        let start = parts::tagged(TAG_PENDING, after.unwrap_or_default());
+        for item in self.db.iterator_cf_opt(&*cf, read, IteratorMode::From(&start, Direction::Forward)) {
             let (k, _) = item.map_err(|e| self.rocks(e))?;
-            if !k.starts_with(&prefix) || keys.len() >= limit {
+            if k.first() != Some(&TAG_PENDING) || keys.len() >= limit {
                 break;
             }
             if after.is_some() && k[..] == start[..] {
                 continue;
             }
-            keys.push(k.to_vec());
+            keys.push(parts::tagged(TAG_OUTBOX, &k[1..]));
         }
-        let rows = self.db.batched_multi_get_cf(self.cf(CF_OUTBOX), &keys, false);
+        let rows = self.db.batched_multi_get_cf(&*cf, &keys, false);
         let mut out = Vec::with_capacity(keys.len());
         for (k, row) in keys.iter().zip(rows) {
             if let Some(v) = row.map_err(|e| self.rocks(e))? {
-                out.push((k[PartitionId::PREFIX_LEN..].to_vec(), v.to_vec()));
+                out.push((k[1..].to_vec(), v.to_vec()));
             }
         }
         Ok(out)
@@ -134,13 +138,13 @@ impl Store {
 
     /// How many rows of a partition are still to be delivered (index entries only).
     pub fn outbox_pending_count(&self, p: PartitionId) -> Result<usize, StateError> {
-        let prefix = p.prefix();
+        let Some(cf) = self.part(p) else { return Ok(0) };
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(parts::tag_end(TAG_PENDING));
+        let from = [TAG_PENDING];
         let mut n = 0;
-        for item in self.db.prefix_iterator_cf(self.cf(CF_OUTBOX_PENDING), prefix) {
-            let (k, _) = item.map_err(|e| self.rocks(e))?;
-            if !k.starts_with(&prefix) {
-                break;
-            }
+        for item in self.db.iterator_cf_opt(&*cf, read, IteratorMode::From(&from, Direction::Forward)) {
+            item.map_err(|e| self.rocks(e))?;
             n += 1;
         }
         Ok(n)
@@ -150,17 +154,17 @@ impl Store {
     /// `retention_ms` behind the partition's newest final row, oldest first; returns how
     /// many. Reads only the expiry index entries it deletes, plus one.
     pub fn outbox_expire(&self, p: PartitionId, retention_ms: i64, max: usize) -> Result<usize, StateError> {
-        let prefix = p.prefix();
-        let end = p.prefix_end();
+        let Some(cf) = self.part(p) else { return Ok(0) };
+        let end = parts::tag_end(TAG_EXPIRY);
         let newest = {
-            let mut it = self.db.iterator_cf(self.cf(CF_OUTBOX_EXPIRY), IteratorMode::From(&end, Direction::Reverse));
+            let mut it = self.db.iterator_cf(&*cf, IteratorMode::From(&end, Direction::Reverse));
             match it.next() {
                 Some(item) => {
                     let (k, _) = item.map_err(|e| self.rocks(e))?;
-                    if !k.starts_with(&prefix) {
+                    if k.first() != Some(&TAG_EXPIRY) {
                         return Ok(0);
                     }
-                    unordered(&k[PartitionId::PREFIX_LEN..PartitionId::PREFIX_LEN + 8]).unwrap_or(i64::MIN)
+                    k.get(1..9).and_then(unordered).unwrap_or(i64::MIN)
                 }
                 None => return Ok(0),
             }
@@ -168,20 +172,20 @@ impl Store {
         let horizon = newest.saturating_sub(retention_ms);
         let mut batch = WriteBatch::default();
         let mut n = 0;
-        for item in self.db.prefix_iterator_cf(self.cf(CF_OUTBOX_EXPIRY), prefix) {
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(end);
+        let from = [TAG_EXPIRY];
+        for item in self.db.iterator_cf_opt(&*cf, read, IteratorMode::From(&from, Direction::Forward)) {
             let (k, _) = item.map_err(|e| self.rocks(e))?;
-            if !k.starts_with(&prefix) || n >= max {
+            if n >= max {
                 break;
             }
-            let Some(created) = k.get(PartitionId::PREFIX_LEN..PartitionId::PREFIX_LEN + 8).and_then(unordered) else {
-                continue;
-            };
+            let Some(created) = k.get(1..9).and_then(unordered) else { continue };
             if created >= horizon {
                 break;
             }
-            let key = &k[PartitionId::PREFIX_LEN + 8..];
-            batch.delete_cf(self.cf(CF_OUTBOX_EXPIRY), &k);
-            batch.delete_cf(self.cf(CF_OUTBOX), p.key(key));
+            batch.delete_cf(&*cf, &k);
+            batch.delete_cf(&*cf, parts::tagged(TAG_OUTBOX, &k[9..]));
             n += 1;
         }
         if n > 0 {
@@ -192,7 +196,7 @@ impl Store {
 
     /// Whether the indexes were built for this store (always, for a store created with them).
     pub fn outbox_indexed(&self) -> Result<bool, StateError> {
-        Ok(self.db.get_cf(self.cf(CF_META), INDEX_RECORD).map_err(|e| self.rocks(e))?.is_some())
+        Ok(self.db.get_cf(self.meta(), INDEX_RECORD).map_err(|e| self.rocks(e))?.is_some())
     }
 
     /// Builds the indexes of a store written before they existed: one scan of every row,
@@ -201,20 +205,16 @@ impl Store {
     pub fn rebuild_outbox_index(&self, classify: impl Fn(&[u8]) -> Option<OutboxIndex>) -> Result<usize, StateError> {
         let mut batch = WriteBatch::default();
         let mut n = 0;
-        for item in self.db.iterator_cf(self.cf(CF_OUTBOX), IteratorMode::Start) {
-            let (k, v) = item.map_err(|e| self.rocks(e))?;
-            let (Some(prefix), Some(key)) = (k.get(..PartitionId::PREFIX_LEN), k.get(PartitionId::PREFIX_LEN..)) else {
-                continue;
-            };
-            let (Ok(source), Ok(partition)) = (prefix[..2].try_into(), prefix[2..].try_into()) else { continue };
-            let p = PartitionId { source: u16::from_be_bytes(source), partition: i32::from_be_bytes(partition) };
-            let Ok(key) = std::str::from_utf8(key) else { continue };
-            if let Some(index) = classify(&v) {
-                self.index_outbox(&mut batch, p, key, index);
-                n += 1;
+        for cf in self.parts.all() {
+            for (key, v) in self.scan_tag(&cf, TAG_OUTBOX, &[])? {
+                let Ok(key) = std::str::from_utf8(&key) else { continue };
+                if let Some(index) = classify(&v) {
+                    Self::index_outbox(&mut batch, &cf, key, index);
+                    n += 1;
+                }
             }
         }
-        batch.put_cf(self.cf(CF_META), INDEX_RECORD, []);
+        batch.put_cf(self.meta(), INDEX_RECORD, []);
         self.write(batch)?;
         Ok(n)
     }
@@ -224,10 +224,16 @@ impl Store {
         if self.outbox_indexed()? {
             return Ok(());
         }
-        let empty = self.db.iterator_cf(self.cf(CF_OUTBOX), IteratorMode::Start).next().is_none();
+        let mut empty = true;
+        for cf in self.parts.all() {
+            if !self.scan_tag(&cf, TAG_OUTBOX, &[])?.is_empty() {
+                empty = false;
+                break;
+            }
+        }
         if empty {
             let mut batch = WriteBatch::default();
-            batch.put_cf(self.cf(CF_META), INDEX_RECORD, []);
+            batch.put_cf(self.meta(), INDEX_RECORD, []);
             self.write(batch)?;
         }
         Ok(())
@@ -314,9 +320,10 @@ mod tests {
         let store = open(dir.path());
         let p = PartitionId::sku(3);
         // What an older store holds: rows without index entries or index record.
-        store.db.put_cf(store.cf(CF_OUTBOX), p.key(b"x"), b"P").map_err(|e| store.rocks(e))?;
-        store.db.put_cf(store.cf(CF_OUTBOX), p.key(b"y"), b"F").map_err(|e| store.rocks(e))?;
-        store.db.delete_cf(store.cf(CF_META), INDEX_RECORD).map_err(|e| store.rocks(e))?;
+        let cf = store.part_or_create(p)?;
+        store.db.put_cf(&*cf, parts::tagged(TAG_OUTBOX, b"x"), b"P").map_err(|e| store.rocks(e))?;
+        store.db.put_cf(&*cf, parts::tagged(TAG_OUTBOX, b"y"), b"F").map_err(|e| store.rocks(e))?;
+        store.db.delete_cf(store.meta(), INDEX_RECORD).map_err(|e| store.rocks(e))?;
         assert!(!store.outbox_indexed()?);
         let classify = |v: &[u8]| match v {
             b"P" => Some(OutboxIndex::Pending),

@@ -1,5 +1,10 @@
 //! Opening the database and the reads tidemark makes: checkpoints and aggregates on restore,
 //! batched dedup lookups per poll batch. No read happens per record on the hot path.
+//!
+//! Layout (version 2): the `meta` column family (owner, named records, the layout version)
+//! and one column family per partition ([`crate::parts`]). A store of layout 1 (one column
+//! family per concern, keys prefixed by the partition) is moved into it at open
+//! ([`crate::migrate`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -7,32 +12,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rocksdb::compaction_filter::Decision;
-use rocksdb::{BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Options, WriteOptions, DB};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions,
+    WriteOptions, DB,
+};
 
 use crate::codec;
+use crate::parts::{self, PartCf, Parts, TAG_AGGREGATE, TAG_CHECKPOINT, TAG_DEDUP, TAG_DEDUP_RAW, TAG_OUTBOX};
 use crate::{Checkpoint, CommitBatch, Namespace, PartitionId, StagedBatch, StateError};
 
 /// An encoded key (without the partition and namespace prefix) and its encoded value.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
-type Horizons = Arc<RwLock<HashMap<[u8; PartitionId::PREFIX_LEN], i64>>>;
+type Horizons = Arc<RwLock<HashMap<PartitionId, i64>>>;
 
 pub(crate) const CF_META: &str = "meta";
-/// Dedup entries keyed by a 128-bit hash of the event id (22-byte keys, ~40 bytes an entry
-/// on disk after compaction).
-pub(crate) const CF_DEDUP: &str = "dedup-hashed";
-/// Dedup entries of stores written before the hashed format, keyed by the raw event id.
-/// Looked up (for misses only) while it holds anything; its entries expire like the others.
-pub(crate) const CF_DEDUP_LEGACY: &str = "dedup";
-pub(crate) const CF_AGGREGATES: &str = "aggregates";
-pub(crate) const CF_OUTBOX: &str = "outbox";
-/// Index of the outbox rows still to be delivered (see [`crate::outbox`]).
-pub(crate) const CF_OUTBOX_PENDING: &str = "outbox-pending";
-/// Final outbox rows by event time, for expiry (see [`crate::outbox`]).
-pub(crate) const CF_OUTBOX_EXPIRY: &str = "outbox-expiry";
 
 const OWNER_KEY: &[u8] = b"owner";
-const CHECKPOINT_TAG: u8 = b'c';
 const RECORD_TAG: u8 = b'r';
 
 /// Tuning of the embedded database.
@@ -47,14 +43,14 @@ pub struct StoreOptions {
     /// Shared block cache for all column families.
     pub block_cache_bytes: usize,
     /// What the memtables (write buffers) of all column families may hold together; the
-    /// largest is flushed when they reach it. Without a budget each of the seven column
-    /// families may hold two 64 MiB memtables, and the RSS follows them up and down (measured:
-    /// a sawtooth of 80 MB every four minutes at 400 events/s). 0: no budget (scratch stores,
+    /// largest is flushed when they reach it. Without a budget each partition's column
+    /// family may hold two memtables, and the RSS follows them up and down (measured: a
+    /// sawtooth of 80 MB every four minutes at 400 events/s). 0: no budget (scratch stores,
     /// whose own memtable size is set apart).
     pub memtable_budget_bytes: usize,
     /// fsync every commit. Off only in benchmarks of the engine itself.
     pub sync_commits: bool,
-    /// The topology's dedup retention: every dedup file is rewritten by compaction at least
+    /// The topology's dedup retention: every file is rewritten by compaction at least
     /// every half retention ([`dedup_rewrite_secs`]), so expired entries go within that time
     /// even where no new data pushes compaction over them. `None`: RocksDB's default.
     pub dedup_retention_ms: Option<i64>,
@@ -81,15 +77,31 @@ impl Default for StoreOptions {
 
 /// The process's state store. `Sync`: the rebalance callback reads checkpoints while the
 /// stream thread owns the writes.
+///
+/// Field order matters: the partition handles drop before the database closes, and the
+/// options of column families created while open drop after it.
 pub struct Store {
+    pub(crate) parts: Parts,
     pub(crate) db: DB,
     path: PathBuf,
     write_opts: WriteOptions,
+    tuning: Tuning,
     /// Per partition: dedup entries first seen before this append time (ms) can never match
     /// again and may be dropped by compaction. Partitions absent from the map keep everything.
     dedup_horizons: Horizons,
-    /// True while [`CF_DEDUP_LEGACY`] holds entries (a store upgraded from the raw-id format).
+    /// True while some partition holds dedup entries in the raw-id format (an upgraded store).
     legacy_dedup: AtomicBool,
+    /// The options of partition column families created while open: their compaction
+    /// filters must live as long as the database, so they drop after it.
+    pub(crate) created_options: std::sync::Mutex<Vec<Options>>,
+}
+
+/// What every partition column family is opened or created with.
+#[derive(Clone)]
+struct Tuning {
+    cache: Cache,
+    scratch: bool,
+    dedup_retention_ms: Option<i64>,
 }
 
 /// How often compaction rewrites every dedup file, at the latest: half the retention,
@@ -97,10 +109,6 @@ pub struct Store {
 pub fn dedup_rewrite_secs(retention_ms: i64) -> u64 {
     u64::try_from(retention_ms / 2 / 1000).unwrap_or(0).clamp(300, 30 * 86_400)
 }
-
-/// Every column family the store opens.
-const ALL_CFS: [&str; 7] =
-    [CF_META, CF_DEDUP, CF_DEDUP_LEGACY, CF_AGGREGATES, CF_OUTBOX_PENDING, CF_OUTBOX_EXPIRY, CF_OUTBOX];
 
 /// Bytes the store holds in memory ([`Store::memory_usage`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,7 +125,11 @@ pub struct MemoryUsage {
 /// [`StoreOptions::memtable_budget_bytes`] unless configured (`tidemark run --state-memtable-mb`).
 pub const DEFAULT_MEMTABLE_BUDGET_BYTES: usize = 64 << 20;
 
-/// Memtable size of a scratch store's dedup column family (RocksDB's default is 64 MiB).
+/// Memtable size of a partition's column family (RocksDB's default is 64 MiB): with one
+/// column family per partition, the budget above is what bounds them together, and a
+/// smaller memtable keeps its up-front bloom filter (5 % of it) and arena blocks small.
+const PART_MEMTABLE_BYTES: usize = 16 << 20;
+/// The same for a scratch store (batch commands): fewer, larger level-0 files.
 const SCRATCH_MEMTABLE_BYTES: usize = 128 << 20;
 
 /// Bounds crash-recovery replay: the open after a crash replays what the logs hold beyond
@@ -127,54 +139,55 @@ const SCRATCH_MEMTABLE_BYTES: usize = 128 << 20;
 /// kill → first action (recovery probes, 2026-12-05/06); 16 MB made it ~3× shorter.
 const MAX_TOTAL_WAL_BYTES: u64 = 16 << 20;
 
+/// The options of partition `p`'s column family: bloom filters on whole keys (nearly every
+/// dedup lookup is a miss), LZ4, and a compaction filter that drops the partition's dedup
+/// entries older than its horizon.
+fn part_options(t: &Tuning, horizons: &Horizons, p: PartitionId) -> Options {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&t.cache);
+    table.set_bloom_filter(10.0, false);
+    table.set_cache_index_and_filter_blocks(!t.scratch);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    let mut opts = Options::default();
+    opts.set_block_based_table_factory(&table);
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    opts.set_write_buffer_size(if t.scratch { SCRATCH_MEMTABLE_BYTES } else { PART_MEMTABLE_BYTES });
+    // A whole-key bloom filter in front of the memtable answers a miss without walking the
+    // skip list (measured: 7 % of the stream thread's CPU went to memtable searches before).
+    opts.set_memtable_whole_key_filtering(true);
+    opts.set_memtable_prefix_bloom_ratio(0.05);
+    // Compaction only reclaims space: lookups re-check the retention themselves, so what a
+    // lookup decides never depends on whether compaction has run yet.
+    let horizons = Arc::clone(horizons);
+    opts.set_compaction_filter("dedup-expiry", move |_level: u32, key: &[u8], value: &[u8]| {
+        if !matches!(key.first(), Some(&TAG_DEDUP) | Some(&TAG_DEDUP_RAW)) {
+            return Decision::Keep;
+        }
+        let horizon = horizons.read().ok().and_then(|h| h.get(&p).copied());
+        match (horizon, decode_append_ms(value)) {
+            (Some(h), Some(ms)) if ms < h => Decision::Remove,
+            _ => Decision::Keep,
+        }
+    });
+    // The filter only sees what compaction rewrites: hashed keys spread every flush over
+    // the whole key space, so the bottom level is rewritten only as fast as new data pushes
+    // into it (measured: a 10-minute retention still grew at minute 20).
+    if let Some(retention_ms) = t.dedup_retention_ms {
+        opts.set_periodic_compaction_seconds(dedup_rewrite_secs(retention_ms));
+    }
+    opts
+}
+
 impl Store {
     /// Opens (or creates) the store and checks that it belongs to `opts.owner`.
     pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StateError> {
         let rocks = |source| StateError::Rocks { path: path.display().to_string(), source };
-        let cache = Cache::new_lru_cache(opts.block_cache_bytes);
-        let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        table.set_bloom_filter(10.0, false);
-        table.set_cache_index_and_filter_blocks(!opts.scratch);
-        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-
-        let mut cf_opts = Options::default();
-        cf_opts.set_block_based_table_factory(&table);
-        cf_opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-
-        let dedup_horizons: Horizons = Arc::default();
-        let mut dedup_opts = cf_opts.clone();
-        if opts.scratch {
-            dedup_opts.set_write_buffer_size(SCRATCH_MEMTABLE_BYTES);
-        }
-        // Nearly every lookup is a miss (a new id): a whole-key bloom filter in front of the
-        // memtable answers it without walking the skip list (measured: 7 % of the stream
-        // thread's CPU went to memtable searches before it).
-        dedup_opts.set_memtable_whole_key_filtering(true);
-        dedup_opts.set_memtable_prefix_bloom_ratio(0.05);
-        // Compaction only reclaims space: lookups re-check the retention themselves, so what
-        // a lookup decides never depends on whether compaction has run yet.
-        let expiry = |horizons: Horizons| {
-            move |_level: u32, key: &[u8], value: &[u8]| {
-                let horizon = key
-                    .get(..PartitionId::PREFIX_LEN)
-                    .and_then(|prefix| horizons.read().ok().and_then(|h| h.get(prefix).copied()));
-                match (horizon, decode_append_ms(value)) {
-                    (Some(h), Some(ms)) if ms < h => Decision::Remove,
-                    _ => Decision::Keep,
-                }
-            }
+        let tuning = Tuning {
+            cache: Cache::new_lru_cache(opts.block_cache_bytes),
+            scratch: opts.scratch,
+            dedup_retention_ms: opts.dedup_retention_ms,
         };
-        let mut legacy_opts = dedup_opts.clone();
-        dedup_opts.set_compaction_filter("dedup-expiry", expiry(Arc::clone(&dedup_horizons)));
-        legacy_opts.set_compaction_filter("dedup-expiry", expiry(Arc::clone(&dedup_horizons)));
-        // The filter only sees what compaction rewrites: hashed keys spread every flush over
-        // the whole key space, so the bottom level is rewritten only as fast as new data
-        // pushes into it (measured: a 10-minute retention still grew at minute 20).
-        if let Some(retention_ms) = opts.dedup_retention_ms {
-            dedup_opts.set_periodic_compaction_seconds(dedup_rewrite_secs(retention_ms));
-            legacy_opts.set_periodic_compaction_seconds(dedup_rewrite_secs(retention_ms));
-        }
+        let dedup_horizons: Horizons = Arc::default();
 
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
@@ -182,9 +195,9 @@ impl Store {
         db_opts.set_max_background_jobs(2);
         db_opts.set_bytes_per_sync(1 << 20);
         // Restart time after a crash is WAL replay. A log file can only go once every column
-        // family with data in it is flushed, and the small ones (meta, outbox) rarely fill a
-        // memtable: 160 MB of logs piled up in 40 s at 20k/s and took 2.9 s to replay. Capping
-        // the total forces those flushes.
+        // family with data in it is flushed, and the small ones rarely fill a memtable: 160 MB
+        // of logs piled up in 40 s at 20k/s and took 2.9 s to replay. Capping the total
+        // forces those flushes.
         db_opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
         if opts.memtable_budget_bytes > 0 && !opts.scratch {
             db_opts.set_db_write_buffer_size(opts.memtable_budget_bytes);
@@ -195,21 +208,42 @@ impl Store {
         // logs stay until a regular flush), without reading every file's statistics.
         db_opts.set_skip_stats_update_on_db_open(true);
         let db_opts = db_opts.get_options_from_string("avoid_flush_during_recovery=true").map_err(rocks)?;
-        let cfs = vec![
-            ColumnFamilyDescriptor::new(CF_META, cf_opts.clone()),
-            ColumnFamilyDescriptor::new(CF_DEDUP, dedup_opts),
-            ColumnFamilyDescriptor::new(CF_DEDUP_LEGACY, legacy_opts),
-            ColumnFamilyDescriptor::new(CF_AGGREGATES, cf_opts.clone()),
-            ColumnFamilyDescriptor::new(CF_OUTBOX_PENDING, cf_opts.clone()),
-            ColumnFamilyDescriptor::new(CF_OUTBOX_EXPIRY, cf_opts.clone()),
-            ColumnFamilyDescriptor::new(CF_OUTBOX, cf_opts),
-        ];
-        let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(rocks)?;
+
+        let existing = if path.join("CURRENT").exists() {
+            DB::list_cf(&Options::default(), path).map_err(rocks)?
+        } else {
+            Vec::new()
+        };
+        let mut descriptors = vec![ColumnFamilyDescriptor::new(CF_META, Options::default())];
+        let mut found_parts: Vec<(PartitionId, u32, String)> = Vec::new();
+        for name in &existing {
+            if name == CF_META || name == "default" {
+                continue;
+            }
+            if let Some((p, generation)) = parts::parse_cf_name(name) {
+                descriptors.push(ColumnFamilyDescriptor::new(name, part_options(&tuning, &dedup_horizons, p)));
+                found_parts.push((p, generation, name.clone()));
+            } else {
+                // Layout 1's column families, moved into partition ones below.
+                descriptors.push(ColumnFamilyDescriptor::new(name, Options::default()));
+            }
+        }
+        let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(rocks)?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(opts.sync_commits && !opts.scratch);
         write_opts.disable_wal(opts.scratch);
-        let store =
-            Store { db, path: path.to_path_buf(), write_opts, dedup_horizons, legacy_dedup: AtomicBool::new(true) };
+        let store = Store {
+            parts: Parts::default(),
+            db,
+            path: path.to_path_buf(),
+            write_opts,
+            tuning,
+            dedup_horizons,
+            legacy_dedup: AtomicBool::new(true),
+            created_options: std::sync::Mutex::default(),
+        };
+        store.adopt_parts(found_parts)?;
+        crate::migrate::from_layout_1(&store, &existing)?;
         store.refresh_legacy_dedup();
         if !opts.claim_later {
             store.claim(&opts.owner)?;
@@ -218,28 +252,78 @@ impl Store {
         Ok(store)
     }
 
+    /// Registers the partition column families opened with the database: per partition the
+    /// newest generation that holds a checkpoint (an import that crashed half-way leaves a
+    /// newer one without), the others dropped.
+    fn adopt_parts(&self, mut found: Vec<(PartitionId, u32, String)>) -> Result<(), StateError> {
+        found.sort_by_key(|f| (f.0, std::cmp::Reverse(f.1)));
+        let mut chosen: HashMap<PartitionId, u32> = HashMap::new();
+        for (p, generation, name) in &found {
+            let Some(cf) = self.db.cf_handle(name) else { continue };
+            let has_checkpoint = self.db.get_cf(cf, [TAG_CHECKPOINT]).map_err(|e| self.rocks(e))?.is_some();
+            if has_checkpoint && !chosen.contains_key(p) {
+                chosen.insert(*p, *generation);
+            }
+        }
+        for (p, generation, name) in &found {
+            if !chosen.contains_key(p) {
+                chosen.insert(*p, *generation);
+            }
+            let Some(cf) = self.db.cf_handle(name) else { continue };
+            let part = PartCf::borrowed(*p, *generation, name.clone(), cf);
+            if chosen.get(p) == Some(generation) {
+                self.parts.insert(part);
+            } else {
+                self.drop_cf_raw(&part)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn part_options(&self, p: PartitionId) -> Options {
+        part_options(&self.tuning, &self.dedup_horizons, p)
+    }
+
     /// Opens an existing store read-only, without taking its lock, so it works beside the
     /// process that owns it (`tidemark actions list`). It sees what was durable when it
-    /// opened; it never writes (a write returns an error) and never creates a store.
+    /// opened; it never writes (a write returns an error) and never creates a store. A store
+    /// of layout 1 must be opened once by `tidemark run` first (which moves it to layout 2).
     pub fn open_read_only(path: &Path) -> Result<Store, StateError> {
         let rocks = |source| StateError::Rocks { path: path.display().to_string(), source };
         let opts = Options::default();
         let cfs = DB::list_cf(&opts, path).map_err(rocks)?;
-        let db = DB::open_cf_for_read_only(&opts, path, cfs, false).map_err(rocks)?;
+        let db = DB::open_cf_for_read_only(&opts, path, &cfs, false).map_err(rocks)?;
         let store = Store {
+            parts: Parts::default(),
             db,
             path: path.to_path_buf(),
             write_opts: WriteOptions::default(),
+            tuning: Tuning { cache: Cache::new_lru_cache(8 << 20), scratch: false, dedup_retention_ms: None },
             dedup_horizons: Arc::default(),
             legacy_dedup: AtomicBool::new(true),
+            created_options: std::sync::Mutex::default(),
         };
+        let mut newest: HashMap<PartitionId, (u32, String)> = HashMap::new();
+        for name in &cfs {
+            if let Some((p, generation)) = parts::parse_cf_name(name) {
+                let slot = newest.entry(p).or_insert((generation, name.clone()));
+                if generation > slot.0 {
+                    *slot = (generation, name.clone());
+                }
+            }
+        }
+        for (p, (generation, name)) in newest {
+            if let Some(cf) = store.db.cf_handle(&name) {
+                store.parts.insert(PartCf::borrowed(p, generation, name.clone(), cf));
+            }
+        }
         store.refresh_legacy_dedup();
         Ok(store)
     }
 
     /// Records `owner` as the directory's owner, or refuses when another one holds it.
     pub fn claim(&self, owner: &str) -> Result<(), StateError> {
-        let meta = self.cf(CF_META);
+        let meta = self.meta();
         match self.db.get_cf(meta, OWNER_KEY).map_err(|e| self.rocks(e))? {
             Some(found) => {
                 let found: String = codec::decode("store owner", &found)?;
@@ -264,20 +348,28 @@ impl Store {
         &self.path
     }
 
-    pub(crate) fn cf(&self, name: &str) -> &ColumnFamily {
-        // The column families are created at open; a missing one is a programming error
-        // that open() would already have reported.
-        self.db.cf_handle(name).unwrap_or_else(|| panic!("column family {name} opened with the store"))
+    /// RocksDB's identity of this store (its `IDENTITY` file, written at creation): with a
+    /// file's number it names that file uniquely across stores, as RocksDB never reuses a
+    /// number within a store. A wiped volume gets a new identity.
+    pub fn identity(&self) -> Result<String, StateError> {
+        let path = self.path.join("IDENTITY");
+        let raw = std::fs::read_to_string(&path)
+            .map_err(|source| StateError::Io { path: path.display().to_string(), source })?;
+        let id = raw.trim();
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(StateError::Decode { what: "store identity", detail: format!("{}: {id:?}", path.display()) });
+        }
+        Ok(id.to_string())
+    }
+
+    pub(crate) fn meta(&self) -> &ColumnFamily {
+        // Opened (and created when missing) with the store; a missing one is a programming
+        // error that open() would already have reported.
+        self.db.cf_handle(CF_META).unwrap_or_else(|| panic!("column family {CF_META} opened with the store"))
     }
 
     pub(crate) fn rocks(&self, source: rocksdb::Error) -> StateError {
         StateError::Rocks { path: self.path.display().to_string(), source }
-    }
-
-    pub(crate) fn checkpoint_key(p: PartitionId) -> Vec<u8> {
-        let mut k = vec![CHECKPOINT_TAG];
-        k.extend_from_slice(&p.prefix());
-        k
     }
 
     pub(crate) fn record_key(name: &str) -> Vec<u8> {
@@ -289,34 +381,46 @@ impl Store {
     /// A named record of a mode's own bookkeeping (e.g. micro-batch slice boundaries),
     /// written with [`CommitBatch::put_record`] in the same atomic commit as the state.
     pub fn record(&self, name: &str) -> Result<Option<Vec<u8>>, StateError> {
-        self.db.get_cf(self.cf(CF_META), Self::record_key(name)).map_err(|e| self.rocks(e))
+        self.db.get_cf(self.meta(), Self::record_key(name)).map_err(|e| self.rocks(e))
+    }
+
+    /// One key of partition `p`'s column family; `None` when `p` has no state here.
+    pub(crate) fn part_get(&self, p: PartitionId, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        match self.part(p) {
+            Some(cf) => self.db.get_cf(&*cf, key).map_err(|e| self.rocks(e)),
+            None => Ok(None),
+        }
     }
 
     /// The last committed checkpoint of a partition, `None` if it never committed here.
     pub fn checkpoint(&self, p: PartitionId) -> Result<Option<Checkpoint>, StateError> {
-        self.db
-            .get_cf(self.cf(CF_META), Self::checkpoint_key(p))
-            .map_err(|e| self.rocks(e))?
-            .map(|v| codec::decode("checkpoint", &v))
-            .transpose()
+        self.part_get(p, &[TAG_CHECKPOINT])?.map(|v| codec::decode("checkpoint", &v)).transpose()
     }
 
     /// Every partition with a committed checkpoint here, in order.
     pub fn checkpointed_partitions(&self) -> Result<Vec<PartitionId>, StateError> {
         let mut out = Vec::new();
-        let from = [CHECKPOINT_TAG];
-        for item in
-            self.db.iterator_cf(self.cf(CF_META), rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward))
-        {
-            let (k, _) = item.map_err(|e| self.rocks(e))?;
-            if k.first() != Some(&CHECKPOINT_TAG) {
+        for cf in self.parts.all() {
+            if self.db.get_cf(&*cf, [TAG_CHECKPOINT]).map_err(|e| self.rocks(e))?.is_some() {
+                out.push(cf.p);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every key of `tag` in `cf` that starts with `tag` + `prefix`, in key order, the tag
+    /// stripped: `(key, value)`.
+    pub(crate) fn scan_tag(&self, cf: &PartCf, tag: u8, prefix: &[u8]) -> Result<Vec<KeyValue>, StateError> {
+        let start = parts::tagged(tag, prefix);
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(parts::tag_end(tag));
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf_opt(cf, read, IteratorMode::From(&start, Direction::Forward)) {
+            let (k, v) = item.map_err(|e| self.rocks(e))?;
+            if !k.starts_with(&start) {
                 break;
             }
-            let (Some(source), Some(partition)) = (k.get(1..3), k.get(3..1 + PartitionId::PREFIX_LEN)) else {
-                continue;
-            };
-            let (Ok(source), Ok(partition)) = (source.try_into(), partition.try_into()) else { continue };
-            out.push(PartitionId { source: u16::from_be_bytes(source), partition: i32::from_be_bytes(partition) });
+            out.push((k[1..].to_vec(), v.to_vec()));
         }
         Ok(out)
     }
@@ -324,17 +428,19 @@ impl Store {
     /// Looks up many event ids of one partition in one batched read. Returns the append time
     /// at which each id was first seen, if it is stored.
     pub fn dedup_lookup<S: AsRef<str>>(&self, p: PartitionId, ids: &[S]) -> Result<Vec<Option<i64>>, StateError> {
-        let keys: Vec<[u8; DEDUP_KEY_LEN]> = ids.iter().map(|id| dedup_key(p, id.as_ref())).collect();
+        let Some(cf) = self.part(p) else { return Ok(vec![None; ids.len()]) };
+        let keys: Vec<[u8; DEDUP_KEY_LEN]> = ids.iter().map(|id| dedup_key(id.as_ref())).collect();
         let mut found: Vec<Option<i64>> = self
             .db
-            .batched_multi_get_cf(self.cf(CF_DEDUP), &keys, false)
+            .batched_multi_get_cf(&*cf, &keys, false)
             .into_iter()
             .map(|r| r.map(|v| v.and_then(|v| decode_append_ms(&v))).map_err(|e| self.rocks(e)))
             .collect::<Result<_, _>>()?;
         if self.legacy_dedup.load(Ordering::Relaxed) {
             let misses: Vec<usize> = (0..found.len()).filter(|i| found[*i].is_none()).collect();
-            let legacy: Vec<Vec<u8>> = misses.iter().map(|i| p.key(ids[*i].as_ref().as_bytes())).collect();
-            let hits = self.db.batched_multi_get_cf(self.cf(CF_DEDUP_LEGACY), &legacy, false);
+            let legacy: Vec<Vec<u8>> =
+                misses.iter().map(|i| parts::tagged(TAG_DEDUP_RAW, ids[*i].as_ref().as_bytes())).collect();
+            let hits = self.db.batched_multi_get_cf(&*cf, &legacy, false);
             for (i, r) in misses.into_iter().zip(hits) {
                 found[i] = r.map_err(|e| self.rocks(e))?.and_then(|v| decode_append_ms(&v));
             }
@@ -345,21 +451,19 @@ impl Store {
     /// What the store holds in memory, from RocksDB's own accounting (summed over the
     /// column families; the block cache is shared, so it is read once).
     pub fn memory_usage(&self) -> MemoryUsage {
+        let parts = self.parts.all();
         let sum = |property: &str| -> u64 {
-            ALL_CFS
+            let meta = self.db.property_int_value_cf(self.meta(), property).ok().flatten().unwrap_or(0);
+            meta + parts
                 .iter()
-                .filter_map(|name| self.db.property_int_value_cf(self.cf(name), property).ok().flatten())
-                .sum()
+                .filter_map(|cf| self.db.property_int_value_cf(&**cf, property).ok().flatten())
+                .sum::<u64>()
         };
         MemoryUsage {
             memtables: sum("rocksdb.cur-size-all-mem-tables"),
             table_readers: sum("rocksdb.estimate-table-readers-mem"),
-            block_cache: self
-                .db
-                .property_int_value_cf(self.cf(CF_META), "rocksdb.block-cache-usage")
-                .ok()
-                .flatten()
-                .unwrap_or(0),
+            // One cache serves every column family (the partitions' options share it).
+            block_cache: self.tuning.cache.get_usage() as u64,
         }
     }
 
@@ -371,8 +475,14 @@ impl Store {
     }
 
     fn refresh_legacy_dedup(&self) {
-        let empty = self.db.iterator_cf(self.cf(CF_DEDUP_LEGACY), rocksdb::IteratorMode::Start).next().is_none();
-        self.legacy_dedup.store(!empty, Ordering::Relaxed);
+        let any = self.parts.all().iter().any(|cf| {
+            let mut read = ReadOptions::default();
+            read.set_iterate_upper_bound(parts::tag_end(TAG_DEDUP_RAW));
+            let from = [TAG_DEDUP_RAW];
+            let mut it = self.db.iterator_cf_opt(&**cf, read, IteratorMode::From(&from, Direction::Forward));
+            matches!(it.next(), Some(Ok((k, _))) if k.first() == Some(&TAG_DEDUP_RAW))
+        });
+        self.legacy_dedup.store(any, Ordering::Relaxed);
     }
 
     /// Every aggregate of one namespace in one partition, for restoring the in-memory cache.
@@ -388,55 +498,39 @@ impl Store {
         ns: Namespace,
         key_prefix: &[u8],
     ) -> Result<Vec<KeyValue>, StateError> {
-        let head = aggregate_prefix(p, ns).len();
-        let mut prefix = aggregate_prefix(p, ns);
+        let Some(cf) = self.part(p) else { return Ok(Vec::new()) };
+        let mut prefix = vec![ns as u8];
         prefix.extend_from_slice(key_prefix);
-        let mut out = Vec::new();
-        for item in self.db.prefix_iterator_cf(self.cf(CF_AGGREGATES), &prefix) {
-            let (k, v) = item.map_err(|e| self.rocks(e))?;
-            if !k.starts_with(&prefix) {
-                break;
-            }
-            out.push((k[head..].to_vec(), v.to_vec()));
+        let mut rows = self.scan_tag(&cf, TAG_AGGREGATE, &prefix)?;
+        for (k, _) in &mut rows {
+            k.remove(0);
         }
-        Ok(out)
+        Ok(rows)
     }
 
     /// One aggregate by its exact key.
     pub fn get_aggregate(&self, p: PartitionId, ns: Namespace, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
-        let mut k = aggregate_prefix(p, ns);
-        k.extend_from_slice(key);
-        self.db.get_cf(self.cf(CF_AGGREGATES), k).map_err(|e| self.rocks(e))
+        self.part_get(p, &aggregate_key(ns, key))
     }
 
     /// One outbox row (encoded by the caller), if the idempotency key was ever produced here.
     pub fn outbox_get(&self, p: PartitionId, key: &str) -> Result<Option<Vec<u8>>, StateError> {
-        self.db.get_cf(self.cf(CF_OUTBOX), p.key(key.as_bytes())).map_err(|e| self.rocks(e))
+        self.part_get(p, &parts::tagged(TAG_OUTBOX, key.as_bytes()))
     }
 
     /// Every outbox row of a partition, in key order (restart: re-queue what is pending).
     pub fn outbox_scan(&self, p: PartitionId) -> Result<Vec<KeyValue>, StateError> {
-        let prefix = p.prefix();
-        let mut out = Vec::new();
-        for item in self.db.prefix_iterator_cf(self.cf(CF_OUTBOX), prefix) {
-            let (k, v) = item.map_err(|e| self.rocks(e))?;
-            if !k.starts_with(&prefix) {
-                break;
-            }
-            out.push((k[prefix.len()..].to_vec(), v.to_vec()));
+        match self.part(p) {
+            Some(cf) => self.scan_tag(&cf, TAG_OUTBOX, &[]),
+            None => Ok(Vec::new()),
         }
-        Ok(out)
     }
 
     /// Every outbox row of every partition, in key order: `(partition, key, row)`.
     pub fn outbox_scan_all(&self) -> Result<Vec<(PartitionId, KeyValue)>, StateError> {
         let mut out = Vec::new();
-        for item in self.db.iterator_cf(self.cf(CF_OUTBOX), rocksdb::IteratorMode::Start) {
-            let (k, v) = item.map_err(|e| self.rocks(e))?;
-            let (Some(source), Some(partition)) = (k.get(..2), k.get(2..PartitionId::PREFIX_LEN)) else { continue };
-            let (Ok(source), Ok(partition)) = (source.try_into(), partition.try_into()) else { continue };
-            let p = PartitionId { source: u16::from_be_bytes(source), partition: i32::from_be_bytes(partition) };
-            out.push((p, (k[PartitionId::PREFIX_LEN..].to_vec(), v.to_vec())));
+        for cf in self.parts.all() {
+            out.extend(self.scan_tag(&cf, TAG_OUTBOX, &[])?.into_iter().map(|kv| (cf.p, kv)));
         }
         Ok(out)
     }
@@ -446,7 +540,7 @@ impl Store {
     /// entries already dropped.
     pub fn set_dedup_horizon(&self, p: PartitionId, append_ms: i64) {
         if let Ok(mut h) = self.dedup_horizons.write() {
-            let slot = h.entry(p.prefix()).or_insert(i64::MIN);
+            let slot = h.entry(p).or_insert(i64::MIN);
             *slot = (*slot).max(append_ms);
         }
     }
@@ -457,7 +551,7 @@ impl Store {
 
     /// Makes a staged batch durable at once (see [`CommitBatch::stage`]).
     pub fn commit_staged(&self, batch: StagedBatch) -> Result<(), StateError> {
-        self.write(batch.into_inner())
+        self.write(batch.into_inner()?)
     }
 
     pub(crate) fn write(&self, batch: rocksdb::WriteBatch) -> Result<(), StateError> {
@@ -470,42 +564,44 @@ impl Store {
         self.db.write_opt(batch, &WriteOptions::default()).map_err(|e| self.rocks(e))
     }
 
-    /// Removes every trace of a partition (used before rebuilding it from the log).
+    /// Removes every trace of a partition (used before rebuilding it from the log, and for
+    /// partitions that moved away): its column family and its files.
     pub fn drop_partition(&self, p: PartitionId) -> Result<(), StateError> {
-        let mut batch = rocksdb::WriteBatch::default();
-        for cf in [CF_DEDUP, CF_DEDUP_LEGACY, CF_AGGREGATES, CF_OUTBOX, CF_OUTBOX_PENDING, CF_OUTBOX_EXPIRY] {
-            batch.delete_range_cf(self.cf(cf), p.prefix().to_vec(), p.prefix_end());
-        }
-        batch.delete_cf(self.cf(CF_META), Self::checkpoint_key(p));
-        self.write(batch)
+        self.drop_part(p)
     }
 
-    /// Forces a compaction of the dedup column family (tests and maintenance).
+    /// Forces a compaction of every partition's column family (tests and maintenance).
     pub fn compact_dedup(&self) {
-        for cf in [CF_DEDUP, CF_DEDUP_LEGACY] {
-            self.db.compact_range_cf(self.cf(cf), None::<&[u8]>, None::<&[u8]>);
+        for cf in self.parts.all() {
+            self.db.compact_range_cf(&*cf, None::<&[u8]>, None::<&[u8]>);
         }
         self.refresh_legacy_dedup();
     }
 }
 
-/// Partition prefix + 128-bit XXH3 of the event id.
-pub(crate) const DEDUP_KEY_LEN: usize = PartitionId::PREFIX_LEN + 16;
+/// Tag + 128-bit XXH3 of the event id.
+pub(crate) const DEDUP_KEY_LEN: usize = 1 + 16;
 
-/// The dedup key of an event id: its partition's prefix and a 128-bit XXH3 hash of the id.
-/// Ids are at most 256 bytes (SPEC §1.3) but typically 20–40; the hash makes every key 22
-/// bytes and spreads them evenly. Two distinct ids of one partition collide with probability
-/// ~n²/2¹²⁹ (10¹⁰ ids in a retention: ~10⁻¹⁹), in which case the second is taken for a
-/// duplicate. XXH3 is a fixed, platform-independent function: keys never change.
-pub(crate) fn dedup_key(p: PartitionId, event_id: &str) -> [u8; DEDUP_KEY_LEN] {
+/// The dedup key of an event id in its partition's column family: the dedup tag and a
+/// 128-bit XXH3 hash of the id. Ids are at most 256 bytes (SPEC §1.3) but typically 20–40;
+/// the hash makes every key 17 bytes and spreads them evenly. Two distinct ids of one
+/// partition collide with probability ~n²/2¹²⁹ (10¹⁰ ids in a retention: ~10⁻¹⁹), in which
+/// case the second is taken for a duplicate. XXH3 is a fixed, platform-independent function:
+/// keys never change.
+pub(crate) fn dedup_key(event_id: &str) -> [u8; DEDUP_KEY_LEN] {
     let mut k = [0u8; DEDUP_KEY_LEN];
-    k[..PartitionId::PREFIX_LEN].copy_from_slice(&p.prefix());
-    k[PartitionId::PREFIX_LEN..].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(event_id.as_bytes()).to_be_bytes());
+    k[0] = TAG_DEDUP;
+    k[1..].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(event_id.as_bytes()).to_be_bytes());
     k
 }
 
-pub(crate) fn aggregate_prefix(p: PartitionId, ns: Namespace) -> Vec<u8> {
-    p.key(&[ns as u8])
+/// Tag + namespace byte + key.
+pub(crate) fn aggregate_key(ns: Namespace, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + key.len());
+    k.push(TAG_AGGREGATE);
+    k.push(ns as u8);
+    k.extend_from_slice(key);
+    k
 }
 
 pub(crate) fn decode_append_ms(v: &[u8]) -> Option<i64> {
@@ -517,15 +613,31 @@ mod dedup_format_tests {
     use super::*;
 
     #[test]
-    fn every_dedup_key_is_the_partition_prefix_and_sixteen_hash_bytes_whatever_the_id_length() {
-        let p = PartitionId::orders(3);
+    fn every_dedup_key_is_the_tag_and_sixteen_hash_bytes_whatever_the_id_length() {
         for id in ["e", "e-7f3a0000-1111-2222-3333-444455556666", &"x".repeat(256)] {
-            let k = dedup_key(p, id);
-            assert_eq!(k.len(), 22);
-            assert_eq!(k[..6], p.prefix());
+            let k = dedup_key(id);
+            assert_eq!(k.len(), 17);
+            assert_eq!(k[0], TAG_DEDUP);
         }
-        assert_ne!(dedup_key(p, "e-1"), dedup_key(p, "e-2"));
-        assert_ne!(dedup_key(p, "e-1"), dedup_key(PartitionId::orders(4), "e-1"));
+        assert_ne!(dedup_key("e-1"), dedup_key("e-2"));
+    }
+
+    #[test]
+    fn partitions_do_not_share_dedup_entries_and_each_has_a_column_family_of_its_own() -> Result<(), StateError> {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path(), &StoreOptions::default())?;
+        let (p, q) = (PartitionId::orders(0), PartitionId::orders(1));
+        let mut b = store.batch();
+        b.put_dedup(p, "e-1", 5);
+        b.commit()?;
+        assert_eq!(store.dedup_lookup(p, &["e-1"])?, vec![Some(5)]);
+        assert_eq!(store.dedup_lookup(q, &["e-1"])?, vec![None]);
+        let names = DB::list_cf(&Options::default(), dir.path()).map_err(|e| store.rocks(e))?;
+        assert!(names.contains(&parts::cf_name(p, 0)), "{names:?}");
+        assert!(!names.contains(&parts::cf_name(q, 0)), "no column family before a write: {names:?}");
+        store.drop_partition(p)?;
+        assert_eq!(store.dedup_lookup(p, &["e-1"])?, vec![None], "dropped with its column family");
+        Ok(())
     }
 
     #[test]
@@ -536,9 +648,10 @@ mod dedup_format_tests {
             let store = Store::open(dir.path(), &StoreOptions::default())?;
             assert!(!store.has_legacy_dedup(), "a new store has no raw-id entries");
             // What a store written before the hashed format holds.
+            let cf = store.part_or_create(p)?;
             store
                 .db
-                .put_cf(store.cf(CF_DEDUP_LEGACY), p.key(b"e-old"), 100i64.to_le_bytes())
+                .put_cf(&*cf, parts::tagged(TAG_DEDUP_RAW, b"e-old"), 100i64.to_le_bytes())
                 .map_err(|e| store.rocks(e))?;
             let mut b = store.batch();
             b.put_dedup(p, "e-new", 900);
@@ -568,6 +681,21 @@ mod dedup_format_tests {
 }
 
 #[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    #[test]
+    fn a_store_keeps_its_identity_across_opens_and_another_store_has_its_own() -> Result<(), StateError> {
+        let (a_dir, b_dir) = (tempfile::tempdir().expect("tmp"), tempfile::tempdir().expect("tmp"));
+        let a = Store::open(a_dir.path(), &StoreOptions::default())?.identity()?;
+        let b = Store::open(b_dir.path(), &StoreOptions::default())?.identity()?;
+        assert_ne!(a, b);
+        assert_eq!(Store::open(a_dir.path(), &StoreOptions::default())?.identity()?, a, "reopened");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
 mod memory_tests {
     use super::*;
 
@@ -583,12 +711,13 @@ mod memory_tests {
         }
         batch.commit()?;
         let written = store.memory_usage();
-        assert!(written.memtables > empty.memtables + 10_000 * 22, "{empty:?} then {written:?}");
-        store.db.flush_cf(store.cf(CF_DEDUP)).map_err(|e| store.rocks(e))?;
+        assert!(written.memtables > empty.memtables + 10_000 * 17, "{empty:?} then {written:?}");
+        let cf = store.part(p).expect("written");
+        store.db.flush_cf(&*cf).map_err(|e| store.rocks(e))?;
         let ids: Vec<String> = (0..10_000).map(|i| format!("e-{i}")).collect();
         assert!(store.dedup_lookup(p, &ids)?.iter().all(Option::is_some));
         let read = store.memory_usage();
-        assert!(read.block_cache > 10_000 * 22 / 2, "blocks read through the cache: {read:?}");
+        assert!(read.block_cache > 10_000 * 17 / 2, "blocks read through the cache: {read:?}");
         assert!(read.memtables < written.memtables, "flushed: {written:?} then {read:?}");
         Ok(())
     }
