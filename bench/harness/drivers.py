@@ -6,6 +6,7 @@
   teardown(ctx).
 ctx holds the scenario (ctx.sc, ctx.p = its params), the broker, the systems, ctx.raw (the
 raw folder of this series) and ctx.tag (a prefix unique to the series)."""
+import datetime
 import hashlib
 import json
 import os
@@ -148,7 +149,7 @@ class Run:
         self.topology = tm(self.ctx).topology(os.path.join(self.dir, "t.toml"), self.tag, partitions, url, rule(self.ctx), overrides=overrides)
         tm(self.ctx).topics(self.ctx.broker.bootstrap, self.topology)
 
-    def start_one(self, k, url, extra=(), env=None):
+    def start_one(self, k, url, extra=(), env=None, log_filter=None):
         """Starts process k (0, 1, ...) of this run's system, posting to url; returns its Popen."""
         log_path = os.path.join(self.dir, f"p{k}.log")
         self.logs.append(log_path)
@@ -159,7 +160,8 @@ class Run:
             else:
                 path = self.topology
             port = free_port()
-            p = self.sut.start(path, os.path.join(self.dir, f"state{k}"), self.tag, port, log_path, self.ctx.broker.bootstrap, extra=extra, env=env)
+            p = self.sut.start(path, os.path.join(self.dir, f"state{k}"), self.tag, port, log_path, self.ctx.broker.bootstrap, extra=extra, env=env,
+                               log_filter=log_filter)
             self.ports.append(port)
             Tidemark.wait_ready(p, port, log_path)
         else:
@@ -761,4 +763,156 @@ def flatten(obj, prefix):
     return out
 
 
-DRIVERS = {"drain": Drain, "paced": Paced, "failover": Failover, "batch_memory": BatchMemory, "footprint": Footprint}
+# ---------------------------------------------------------------- incremental snapshots at volume
+class SnapshotVolume:
+    """Incremental snapshots at volume (issue 35): a store pre-filled with fill_entries dedup
+    entries over orders[0..4] (state/benches/dedup_footprint.rs `--fill`: sorted SST files
+    ingested at the bottom level, minutes for 20 GB where the commit path takes hours), then
+    `tidemark run` on it with --snapshot-dir (a directory) under paced input at base_rate for
+    run_s, and, after a graceful stop, a second process with an empty state that restores every
+    partition from the snapshots. Rounds are read back from the manifests (those of one round
+    share the consistent point's time, `taken_at_ms`) and the process's `snapshot round` log
+    lines (the bytes it uploaded). Per run: the state's bytes; per round after the first, the
+    bytes uploaded, the bytes of SST files new since each partition's previous snapshot, their
+    ratio and the upload's share of the state; the restore's bytes and bytes/s."""
+
+    def setup(self, ctx):
+        root = os.path.dirname(ctx.raw_root)
+        self.fill_bin = prebuilt(root, "dedup_footprint") or Footprint.build(root, "dedup_footprint")
+
+    def series(self, ctx, runs):
+        return {}
+
+    def teardown(self, ctx):
+        ctx.broker.delete_topics(f"{ctx.tag}.*")
+
+    def run(self, ctx, system, run_id):
+        p = ctx.p
+        base, secs = p["base_rate"], p["run_s"]
+        interval = p.get("snapshot_interval_s", 60)
+        with Run(ctx, system, run_id) as r:
+            e0, e1 = r.endpoint(), r.endpoint()
+            r.make_topics(p.get("partitions", 4), e0.url)
+            state = os.path.join(r.dir, "state0")
+            log(f"  filling {state} with {p['fill_entries']} dedup entries")
+            out = subprocess.run([self.fill_bin, "--fill", str(p["fill_entries"]), state], stdout=subprocess.PIPE, text=True)
+            if out.returncode != 0:
+                raise BenchError(f"{self.fill_bin} --fill exited with {out.returncode} (its stderr above)")
+            filled = json.loads(out.stdout.strip().splitlines()[-1])
+            log(f"  filled: {filled['sst_bytes'] / 1e9:.1f} GB in {filled['fill_s']:.0f} s")
+            snaps = os.path.join(r.dir, "snapshots")
+            extra = ["--snapshot-dir", snaps, "--snapshot-interval", f"{interval}s", "--snapshot-keep", "1000", "--instance-id", "vol-0"]
+            env = {"TIDEMARK_LOG_FORMAT": "json"}
+            r.start_one(0, e0.url, extra=extra, env=env, log_filter="warn,tidemark::snapshot=info")
+            r.sample(p.get("sample_every_s", 5))
+            t_gen = time.time()
+            g = tm(ctx).gen(ctx.broker.bootstrap, r.tag, int(base * secs), base, seed=11, paced=True, event_bytes=p.get("event_bytes", 256),
+                            log_path=os.path.join(r.dir, "gen.log"))
+            last = time.time()
+            while g.poll() is None:
+                time.sleep(1)
+                r.check_alive()
+                if time.time() - last >= 60:
+                    last = time.time()
+                    log(f"  {run_id}: {last - t_gen:.0f}/{secs} s of input; posts {len(e0.posts)}; snapshot store {du_bytes(snaps) / 1e9:.2f} GB")
+                if time.time() - t_gen > secs + 900:
+                    g.kill()
+                    raise BenchError(f"run {run_id}: the paced generator ran {secs + 900} s for {secs} s of input")
+            if g.returncode != 0:
+                raise BenchError(f"run {run_id}: the generator exited with {g.returncode}")
+            time.sleep(p.get("drain_s", 10))
+            samples = r.sampler.stop()
+            r.sampler = None
+            state_bytes = du_bytes(state)
+            stop(r.procs[0], grace_s=600)
+            rounds = snapshot_rounds(snaps, r.logs[0])
+            # The restore: the state volume lost, a new process with an empty state.
+            shutil.rmtree(state, ignore_errors=True)
+            t_restore = time.time()
+            r.start_one(1, e1.url, extra=[*extra[:-1], "vol-1"], env=env, log_filter="warn,tidemark::snapshot=info")
+            want = {f"orders[{k}]" for k in range(p.get("partitions", 4))}
+            restored = {}
+            deadline = time.time() + p.get("restore_timeout_s", 1800)
+            while not want <= set(restored) and time.time() < deadline:
+                time.sleep(1)
+                if r.procs[1].poll() is not None:
+                    raise BenchError(f"run {run_id}: the restoring process exited with {r.procs[1].returncode}; its log {r.logs[1]}:\n{tail(r.logs[1])}")
+                restored = {x["partition"]: x for x in json_lines(r.logs[1]) if x.get("message") == "restored from snapshot"}
+            restore_wall = time.time() - t_restore
+            stop(r.procs[1])
+            if not want <= set(restored):
+                raise BenchError(f"run {run_id}: {sorted(want - set(restored))} not restored within {p.get('restore_timeout_s', 1800)} s; {r.logs[1]}")
+            big = [restored[k] for k in sorted(want)]
+            restore_bytes = sum(int(x.get("bytes", 0)) for x in big)
+            restore_ms = sum(int(x.get("took_ms", 0)) for x in big)
+            steady = rounds[1:]
+            m = {"fill_entries": filled["entries"], "fill_sst_bytes": filled["sst_bytes"], "state_gb": round(state_bytes / 1e9, 2),
+                 "rounds": len(rounds), "first_round_uploaded_gb": round(rounds[0]["uploaded"] / 1e9, 2) if rounds else None,
+                 "restore_gb": round(restore_bytes / 1e9, 2), "restore_mb_s": round(restore_bytes / 1e6 / (restore_ms / 1000), 1) if restore_ms else None,
+                 "restore_wall_s": round(restore_wall, 1), "posts": len(e0.posts),
+                 "outputs_ok": len(steady) >= 2 and len(e0.posts) > 0,
+                 "outputs_problem": f"{len(steady)} rounds after the first (2 needed) and {len(e0.posts)} actions"}
+            if steady:
+                m["round_uploaded_mb_median"] = round(median([x["uploaded"] for x in steady]) / 1e6, 1)
+                m["round_new_sst_mb_median"] = round(median([x["new_sst"] for x in steady]) / 1e6, 1)
+                m["round_upload_to_new_sst_max"] = round(max(x["uploaded"] / max(x["new_sst"], 1) for x in steady), 3)
+                m["round_upload_to_new_sst_median"] = round(median([x["uploaded"] / max(x["new_sst"], 1) for x in steady]), 3)
+                m["round_upload_share_of_state_pct_max"] = round(max(100 * x["uploaded"] / max(x["state"], 1) for x in steady), 2)
+            r.keep_raw(samples, extra={"t_gen": t_gen, "rounds": rounds, "restored": big, "filled": filled})
+            return m
+
+
+def json_lines(path):
+    out = []
+    try:
+        for line in open(path, errors="replace"):
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return out
+
+
+def snapshot_rounds(snaps, log_path):
+    """Rounds of one process, oldest first: {"at", "partitions", "uploaded" (its `snapshot round`
+    log line), "new_sst" (bytes of the files no earlier manifest of the partition named),
+    "state" (bytes of the newest manifest of every partition after the round)}."""
+    manifests = []
+    for dirpath, _, files in os.walk(snaps):
+        if "manifest.json" in files:
+            m = json.load(open(os.path.join(dirpath, "manifest.json")))
+            manifests.append(m)
+    by_round = {}
+    for m in manifests:
+        by_round.setdefault(m["taken_at_ms"], []).append(m)
+    logged = [x for x in json_lines(log_path) if x.get("message") == "snapshot round"]
+    seen, newest, rounds = {}, {}, []
+    for at in sorted(by_round):
+        new = 0
+        for m in by_round[at]:
+            key = (m["source"], m["number"])
+            names = {f["file"]: f["bytes"] for f in m["files"]}
+            new += sum(b for f, b in names.items() if f not in seen.get(key, {}))
+            seen.setdefault(key, {}).update(names)
+            newest[key] = sum(names.values())
+        rounds.append({"at": at, "partitions": len(by_round[at]), "new_sst": new, "state": sum(newest.values())})
+    # A `snapshot round` line is logged at the end of a round that published: its start (the
+    # line's time less took_ms) is the consistent point's time, within the time the point takes.
+    # Hand-over exports (at the stop) log other lines and are left out.
+    for line in logged:
+        try:
+            end_ms = datetime.datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+        except (KeyError, ValueError):
+            continue
+        start_ms = end_ms - int(line.get("took_ms", 0))
+        best = min(rounds, key=lambda rd: abs(rd["at"] - start_ms), default=None)
+        if best is not None and abs(best["at"] - start_ms) < 5000:
+            best["uploaded"] = int(line.get("bytes", 0))
+    return [rd for rd in rounds if "uploaded" in rd]
+
+
+DRIVERS = {"drain": Drain, "paced": Paced, "failover": Failover, "batch_memory": BatchMemory, "footprint": Footprint,
+           "snapshot_volume": SnapshotVolume}

@@ -156,10 +156,11 @@ class Tidemark:
         out = open(log_path or os.devnull, "w")
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
 
-    def start(self, topology, state_dir, group, http_port, log_path, bootstrap, extra=(), env=None, exit_at_end=False):
-        """`tidemark run` in the background (Popen); rules in act mode are signed with a fixed key."""
+    def start(self, topology, state_dir, group, http_port, log_path, bootstrap, extra=(), env=None, exit_at_end=False, log_filter=None):
+        """`tidemark run` in the background (Popen); rules in act mode are signed with a fixed key.
+        log_filter: its --log (default $BENCH_TIDEMARK_LOG, else warn)."""
         cmd = [self.bin, "run", "--bootstrap", bootstrap, "--topology", topology, "--state-dir", state_dir, "--group", group,
-               "--log", os.environ.get("BENCH_TIDEMARK_LOG", "warn"), *extra]
+               "--log", log_filter or os.environ.get("BENCH_TIDEMARK_LOG", "warn"), *extra]
         if http_port:
             cmd += ["--http-addr", f"127.0.0.1:{http_port}", "--backlog-probe-every", "1", "--admin-addr", "off"]
         if exit_at_end:

@@ -9,6 +9,8 @@
 //! - `cargo bench -p tidemark-state --bench dedup_footprint -- --report N DIR`: the footprint
 //!   at volume, one JSON object on stdout (what `bench/run footprint` records). DIR must not
 //!   exist or be empty; it is removed at the end.
+//! - `... -- --fill N DIR`: a store of N dedup entries left in DIR for `tidemark run`
+//!   (`bench/run snapshot-volume`); see [`fill`].
 mod common;
 
 use std::hint::black_box;
@@ -52,6 +54,12 @@ fn sst_bytes(dir: &Path) -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--fill") {
+        let n: u64 = args.get(at + 1).ok_or("--fill N DIR: N missing")?.parse()?;
+        let dir = args.get(at + 2).ok_or("--fill N DIR: DIR missing")?;
+        return fill(n, Path::new(dir));
+    }
     common::main("tidemark-dedup-footprint", report, bench)
 }
 
@@ -175,6 +183,71 @@ fn report(n: u64, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{{\"entries\":{n},\"sst_bytes\":{bytes},\"bytes_per_entry\":{:.1},\"write_s\":{write_s:.1},\"compact_s\":{compact_s:.1},\"lookups\":{done},\"lookup_hits\":{hits},\"lookup_ns_per_id\":{lookup_ns:.0},\"expire_s\":{expire_s:.1},\"sst_bytes_after_expiry\":{after}}}",
         bytes as f64 / n as f64
+    );
+    Ok(())
+}
+
+/// `--fill N DIR`: a store of `N` dedup entries spread over `orders[0..4]`, for
+/// `bench/run snapshot-volume` (issue 35: incremental snapshots at ≥ 20 GB of state). The
+/// commit path writes ~100k entries/s here, hours for 20 GB, so the entries are written as
+/// sorted SST files and ingested at the bottom level (minutes): keys spread evenly over the
+/// hash space like real ones (the tag of dedup entries, then 16 bytes), values today's time so
+/// retention keeps them. DIR must not hold a store; the partitions get no checkpoint, so
+/// `tidemark run` on DIR starts them at the log's start with this history in place. The
+/// column families are named as the store names a partition's first generation
+/// (`part-<source>-<partition>-0`, `state/src/parts.rs`), which the store adopts at open.
+fn fill(n: u64, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use rocksdb::{BlockBasedOptions, DBCompressionType, IngestExternalFileOptions, Options, SstFileWriter, DB};
+    const PER_FILE: u64 = 2_500_000;
+    if dir.join("CURRENT").exists() {
+        return Err(format!("{} already holds a store", dir.display()).into());
+    }
+    std::fs::create_dir_all(dir)?;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
+    let names: Vec<String> = (0..PARTITIONS).map(|p| format!("part-{}-{p}-0", PartitionId::ORDERS)).collect();
+    let mut db_opts = Options::default();
+    db_opts.create_if_missing(true);
+    db_opts.create_missing_column_families(true);
+    let db = DB::open_cf(&db_opts, dir, &names)?;
+    let mut table = BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    let mut sst_opts = Options::default();
+    sst_opts.set_compression_type(DBCompressionType::Lz4);
+    sst_opts.set_block_based_table_factory(&table);
+    let started = Instant::now();
+    let per = n / PARTITIONS as u64;
+    let step = u128::MAX / u128::from(per.max(1));
+    let mut key = [0u8; 17];
+    key[0] = b'd';
+    for (p, name) in names.iter().enumerate() {
+        let cf = db.cf_handle(name).ok_or("column family just created")?;
+        let mut files = Vec::new();
+        let mut i = 0;
+        while i < per {
+            let path = dir.join(format!("fill-{p}-{}.sst", files.len()));
+            let mut writer = SstFileWriter::create(&sst_opts);
+            writer.open(&path)?;
+            let end = (i + PER_FILE).min(per);
+            for j in i..end {
+                let jitter = u128::from(j.wrapping_mul(0x9E37_79B9_7F4A_7C15)) % step;
+                key[1..].copy_from_slice(&(u128::from(j) * step + jitter).to_be_bytes());
+                writer.put(key, now_ms.to_le_bytes())?;
+            }
+            writer.finish()?;
+            files.push(path);
+            i = end;
+        }
+        let mut ingest = IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
+        db.ingest_external_file_cf_opts(&cf, &ingest, files)?;
+        eprintln!("dedup_footprint: orders[{p}] filled with {per} entries ({:.0} s)", started.elapsed().as_secs_f64());
+    }
+    drop(db);
+    println!(
+        "{{\"entries\":{},\"sst_bytes\":{},\"fill_s\":{:.1}}}",
+        per * PARTITIONS as u64,
+        sst_bytes(dir),
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }
