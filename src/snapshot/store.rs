@@ -39,6 +39,10 @@ pub struct Bucket {
     /// A small runtime of its own: callers are plain threads, and a current-thread runtime
     /// needs no worker threads of its own.
     rt: tokio::runtime::Runtime,
+    /// The directory backend, when `--snapshot-dir` is one: whole SST files are copied by the
+    /// kernel (`std::fs::copy`) instead of streamed through the object store API in 8 KiB
+    /// chunks (measured: 93 MB/s per partition, a fifth of this host's disk).
+    local: Option<Arc<object_store::local::LocalFileSystem>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -102,22 +106,30 @@ impl Bucket {
             }
             _ => return Self::directory(Path::new(location), location),
         };
-        Ok(Bucket { store, prefix, location: location.to_string(), rt: runtime()? })
+        Ok(Bucket { store, prefix, location: location.to_string(), rt: runtime()?, local: None })
     }
 
     fn directory(dir: &Path, location: &str) -> Result<Self, SnapshotError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| SnapshotError::Config(format!("--snapshot-dir {location}: cannot create it: {e}")))?;
-        let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
-            .map_err(|e| SnapshotError::Config(format!("--snapshot-dir {location}: {e}")))?
-            // Pruned snapshots leave no empty directories behind.
-            .with_automatic_cleanup(true);
-        Ok(Bucket { store: Arc::new(store), prefix: Key::default(), location: location.to_string(), rt: runtime()? })
+        let store = Arc::new(
+            object_store::local::LocalFileSystem::new_with_prefix(dir)
+                .map_err(|e| SnapshotError::Config(format!("--snapshot-dir {location}: {e}")))?
+                // Pruned snapshots leave no empty directories behind.
+                .with_automatic_cleanup(true),
+        );
+        Ok(Bucket {
+            store: Arc::clone(&store) as Arc<dyn ObjectStore>,
+            prefix: Key::default(),
+            location: location.to_string(),
+            rt: runtime()?,
+            local: Some(store),
+        })
     }
 
     /// A store for tests: `InMemory`, or any other.
     pub fn with_store(store: Arc<dyn ObjectStore>, location: &str) -> Result<Self, SnapshotError> {
-        Ok(Bucket { store, prefix: Key::default(), location: location.to_string(), rt: runtime()? })
+        Ok(Bucket { store, prefix: Key::default(), location: location.to_string(), rt: runtime()?, local: None })
     }
 
     pub fn location(&self) -> &str {
@@ -190,6 +202,9 @@ impl Bucket {
     /// Uploads a local file (a whole SST: read into memory, then one request, or a multipart
     /// upload for large ones). Returns its size.
     pub fn put_file(&self, key: &Key, file: &Path) -> Result<u64, SnapshotError> {
+        if let Some(local) = &self.local {
+            return copy_in(local, key, file);
+        }
         let io = |e| SnapshotError::Local { path: file.to_path_buf(), source: e };
         let size = std::fs::metadata(file).map_err(io)?.len();
         if size <= MULTIPART_ABOVE {
@@ -218,6 +233,9 @@ impl Bucket {
 
     /// Downloads an object into a local file (created or replaced). Returns its size.
     pub fn get_file(&self, key: &Key, file: &Path) -> Result<u64, SnapshotError> {
+        if let Some(local) = &self.local {
+            return copy_out(local, key, file);
+        }
         let io = |e| SnapshotError::Local { path: file.to_path_buf(), source: e };
         self.block_on(async {
             let got = self.store.get(key).await.map_err(|e| SnapshotError::store(Op::Download, key, e))?;
@@ -247,6 +265,54 @@ impl Bucket {
     }
 }
 
+/// A failure of the directory backend, as the object store would report it (counted under
+/// `op`, retried by the next round).
+fn dir_error(op: Op, key: &Key, path: &Path, e: std::io::Error) -> SnapshotError {
+    let source = if e.kind() == std::io::ErrorKind::NotFound {
+        object_store::Error::NotFound { path: path.display().to_string(), source: Box::new(e) }
+    } else {
+        object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(e) }
+    };
+    SnapshotError::store(op, key, source)
+}
+
+/// Uploads into the directory backend: a kernel copy to a temporary name beside the object,
+/// synced, then renamed over it (a reader never sees a partial file; a writer that dies leaves
+/// a `.tmp-*` file that pruning removes once an hour old, as any unreferenced file).
+fn copy_in(local: &object_store::local::LocalFileSystem, key: &Key, file: &Path) -> Result<u64, SnapshotError> {
+    let dest = local.path_to_filesystem(key).map_err(|e| SnapshotError::store(Op::Upload, key, e))?;
+    let err = |e| dir_error(Op::Upload, key, &dest, e);
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dest.with_file_name(format!("{name}.tmp-{}-{nanos:x}", std::process::id()));
+    let copied = (|| {
+        let size = std::fs::copy(file, &tmp)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &dest)?;
+        Ok(size)
+    })();
+    if copied.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    copied.map_err(err)
+}
+
+/// Downloads from the directory backend: a kernel copy, synced.
+fn copy_out(local: &object_store::local::LocalFileSystem, key: &Key, file: &Path) -> Result<u64, SnapshotError> {
+    let src = local.path_to_filesystem(key).map_err(|e| SnapshotError::store(Op::Download, key, e))?;
+    let size = std::fs::copy(&src, file).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound if src.exists() => SnapshotError::Local { path: file.to_path_buf(), source: e },
+        _ => dir_error(Op::Download, key, &src, e),
+    })?;
+    std::fs::File::open(file)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| SnapshotError::Local { path: file.to_path_buf(), source: e })?;
+    Ok(size)
+}
+
 /// SST files up to this size go in one request; larger ones as a multipart upload.
 const MULTIPART_ABOVE: u64 = 64 << 20;
 const PART_BYTES: usize = 16 << 20;
@@ -268,5 +334,36 @@ pub fn remove_stale_staging(state_dir: &Path) {
         if entry.file_name().to_str().is_some_and(|n| n.starts_with(".snapshot-")) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_store_copies_whole_files_in_and_out_and_a_missing_one_is_a_download_failure() -> anyhow::Result<()> {
+        let (root, local) = (tempfile::tempdir()?, tempfile::tempdir()?);
+        let bucket = Bucket::open(&root.path().display().to_string())?;
+        let src = local.path().join("000012.sst");
+        std::fs::write(&src, vec![7u8; 100_000])?;
+        let key = bucket.key(["t", "g", "orders-0", "files", "s-000012.sst"]);
+        assert_eq!(bucket.put_file(&key, &src)?, 100_000);
+        let stored = root.path().join("t/g/orders-0/files/s-000012.sst");
+        assert_eq!(std::fs::read(&stored)?, vec![7u8; 100_000]);
+        let names: Vec<String> = std::fs::read_dir(stored.parent().expect("dir"))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?;
+        assert_eq!(names, vec!["s-000012.sst"], "no temporary file left");
+        assert_eq!(bucket.list(&bucket.key(["t"]))?.len(), 1);
+        let back = local.path().join("back.sst");
+        assert_eq!(bucket.get_file(&key, &back)?, 100_000);
+        assert_eq!(std::fs::read(&back)?, vec![7u8; 100_000]);
+        let missing = bucket.key(["t", "g", "orders-0", "files", "gone.sst"]);
+        match bucket.get_file(&missing, &local.path().join("gone.sst")) {
+            Err(SnapshotError::Store { op: Op::Download, .. }) => {}
+            other => panic!("expected a download failure of the store, got {other:?}"),
+        }
+        Ok(())
     }
 }
