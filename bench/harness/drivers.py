@@ -538,22 +538,28 @@ def slope(points):
 
 # ---------------------------------------------------------------- failover
 class Failover(Paced):
-    """Two processes of one system, each posting to its own endpoint, under paced input; at
-    kill_at_s process 1 is SIGKILLed for good. Per run: kill → the survivor's first action for an
-    SKU the killed process had posted (an SKU it owned), → caught up (the survivor's per-second
-    p99 < caught_up_ms to the end)."""
+    """`processes` (default 2) processes of one system, each posting to its own endpoint, under
+    paced input; at pre_s the one that posted most is SIGKILLed for good. Per run: kill → a
+    survivor's first action for an SKU the killed process had posted (an SKU it owned), → caught
+    up (the survivors' per-second p99 < caught_up_ms to the end), and CPU cores per process
+    before the kill (from settle to kill; median and max over the processes). A system's own
+    `args` (scenario `systems`) are added to tidemark_args / ks_args."""
 
     def run(self, ctx, system, run_id):
         p = ctx.p
         base, secs, kill_at = p["base_rate"], p["pre_s"] + p["post_s"], p["pre_s"]
+        n = int(p.get("processes", 2))
         with Run(ctx, system, run_id) as r:
-            e0, e1 = r.endpoint(), r.endpoint()
-            r.make_topics(p.get("partitions", 4), e0.url)
+            eps = [r.endpoint() for _ in range(n)]
+            r.make_topics(p.get("partitions", 4), eps[0].url)
             extra = list(p.get("tidemark_args", [])) if r.kind == "tidemark" else list(p.get("ks_args", []))
+            extra += list(system.get("args", []))
             if r.kind == "tidemark" and p.get("snapshots"):
                 extra += ["--snapshot-dir", os.path.join(r.dir, "snapshots"), "--snapshot-interval", p.get("snapshot_interval", "10s")]
-            r.start_one(0, e0.url, extra=extra)
-            r.start_one(1, e1.url, extra=extra)
+            for k, e in enumerate(eps):
+                # instance_ids: static members named tm-<k> (--standbys N places copies by them).
+                own = ["--instance-id", f"tm-{k}"] if r.kind == "tidemark" and p.get("instance_ids") else []
+                r.start_one(k, e.url, extra=extra + own)
             if r.kind == "tidemark":
                 wait_owned(r, p.get("settle_s", 10) + 60)
             time.sleep(p.get("settle_s", 10))
@@ -563,28 +569,56 @@ class Failover(Paced):
             while g.poll() is None and time.time() - t_gen < kill_at:
                 time.sleep(0.2)
             r.check_alive()
-            # The victim: the process that derived actions (the group may give one process all
-            # SKU partitions and the other only orders/inventory ones); process 1 when both did.
-            victim = 1 if len(e1.posts) >= len(e0.posts) else 0
-            survivor = 1 - victim
+            cpu_before = proc_cpu(r.sampler.samples)
+            # The victim: the process that derived most actions (the group may give one process
+            # all SKU partitions and another only orders/inventory ones); the last on a tie.
+            victim = max(range(n), key=lambda k: (len(eps[k].posts), k))
+            survivors = [k for k in range(n) if k != victim]
             log(f"  kill -9 of process {victim} at {kill_at} s, for good")
             kill9(r.procs[victim])
             t_kill = time.time()
+            cpu = proc_cpu_rate(cpu_before)
             gen_wait(g, f"run {run_id}", secs + 600)
             time.sleep(p.get("drain_s", 5))
             samples = r.sampler.stop()
             r.sampler = None
-            stop(r.procs[survivor])
-            ev, es = r.endpoints[victim], r.endpoints[survivor]
+            for k in survivors:
+                stop(r.procs[k])
+            ev = r.endpoints[victim]
             owned = {sku for t, _, _, sku in ev.snapshot() if t / 1000 < t_kill and sku}
-            first = min((t for t, _, _, sku in es.snapshot() if t / 1000 > t_kill and sku in owned), default=None)
-            m = {"posts": len(e0.posts) + len(e1.posts), "skus_of_killed": len(owned),
+            first = min((t for k in survivors for t, _, _, sku in r.endpoints[k].snapshot() if t / 1000 > t_kill and sku in owned), default=None)
+            m = {"posts": sum(len(e.posts) for e in eps), "skus_of_killed": len(owned),
                  "first_action_of_killed_sku_s": round(first / 1000 - t_kill, 2) if first else None,
                  "outputs_ok": bool(owned), "outputs_problem": "the killed process had posted no action before the kill"}
-            at = caught_up_at(r.p99s(survivor), int(t_kill), p.get("caught_up_ms", 1000))
+            if cpu:
+                m["cpu_cores_per_process_median"] = round(median(list(cpu.values())), 3)
+                m["cpu_cores_per_process_max"] = round(max(cpu.values()), 3)
+                m["cpu_cores_total"] = round(sum(cpu.values()), 3)
+            # Caught up: the latest second from which every survivor stays below the limit.
+            posting = [k for k in survivors if any(t / 1000 > t_kill for t, _, _, _ in r.endpoints[k].snapshot())]
+            ats = [caught_up_at(r.p99s(k), int(t_kill), p.get("caught_up_ms", 1000)) for k in posting]
+            at = max(ats) if ats and all(a is not None for a in ats) else None
             m["caught_up_s"] = round(at - t_kill, 1) if at is not None else None
             r.keep_raw(samples, extra={"t_gen": t_gen, "t_kill": t_kill})
             return m
+
+
+def proc_cpu(samples):
+    """[(t, {proc: cpu_s})] of the sampler's samples so far (live processes only)."""
+    return [(s["t"], {k: v["cpu_s"] for k, v in (s.get("proc") or {}).items() if v and v.get("cpu_s") is not None}) for s in samples]
+
+
+def proc_cpu_rate(points):
+    """CPU cores per process between the first and the last sample that both saw it."""
+    out = {}
+    if len(points) < 2:
+        return out
+    t0, first = points[0]
+    t1, last = points[-1]
+    for k, c0 in first.items():
+        if k in last and t1 > t0:
+            out[k] = (last[k] - c0) / (t1 - t0)
+    return out
 
 
 def wait_owned(r, timeout):

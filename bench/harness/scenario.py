@@ -81,6 +81,9 @@ def validate(sc, path):
         raise BenchError(f"{path}: systems: one or two (A-B-B-A blocks compare two)")
     if int(sc["blocks"]) < 1 or int(sc["warmup"]) < 0:
         raise BenchError(f"{path}: blocks ≥ 1 and warmup ≥ 0")
+    if sc.get("smoke"):
+        # A smoke variant with one system has no other system for a relative target.
+        sc["targets"] = [t for t in sc["targets"] if t.get("vs") is None or t["vs"] in seen]
     for i, t in enumerate(sc["targets"]):
         for k in ("metric", "op", "value", "text"):
             if k not in t:
@@ -90,3 +93,5 @@ def validate(sc, path):
         t.setdefault("system", sc["systems"][0]["name"])
         if t["system"] not in seen:
             raise BenchError(f"{path}: targets[{i}].system = {t['system']!r} is not among systems")
+        if "vs" in t and (t["vs"] not in seen or t["vs"] == t["system"]):
+            raise BenchError(f"{path}: targets[{i}].vs = {t['vs']!r}: the other system of the series")

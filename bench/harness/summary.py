@@ -38,6 +38,11 @@ def verdicts(sc, table):
         v = fig.get("median")
         row = {"text": t["text"], "metric": t["metric"], "system": t["system"], "op": t["op"], "target": t["value"],
                "figure": v, "min": fig.get("min"), "max": fig.get("max"), "n": fig.get("n", 0)}
+        if t.get("vs"):
+            # A relative target: the system's median over the other system's (`vs`).
+            o = table.get(t["vs"], {}).get(t["metric"], {}).get("median")
+            v = round(v / o, 3) if (v is not None and o) else None
+            row.update({"figure": v, "min": None, "max": None, "vs": t["vs"]})
         if v is None:
             row["verdict"] = "no figure"
         else:
