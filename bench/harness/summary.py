@@ -50,7 +50,7 @@ def verdicts(sc, table):
             ok = v <= t["value"] if t["op"] == "<=" else v >= t["value"]
             row["verdict"] = "met" if ok else "missed"
         others = [n for n in names if n != t["system"]]
-        if others:
+        if others and not t.get("vs"):
             o = table.get(others[0], {}).get(t["metric"], {}).get("median")
             row["other"] = {"system": others[0], "figure": o, "ratio_to_target_system": round(o / v, 3) if (o is not None and v) else None}
         out.append(row)
