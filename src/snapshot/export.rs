@@ -51,7 +51,9 @@ impl Exporter {
         committed: Option<i64>,
     ) -> Result<Option<Published>, SnapshotError> {
         let layout = self.cfg.layout();
-        let newest = layout.newest_offset(id)?;
+        // One listing serves the skip below and the publication (which files are stored).
+        let listing = layout.listing(id)?;
+        let newest = listing.published().next();
         if newest.is_some_and(|n| committed.is_some_and(|c| n >= c)) {
             return Ok(None);
         }
@@ -75,7 +77,7 @@ impl Exporter {
             export,
         };
         let store_id = store.identity()?;
-        let Some(published) = layout.publish(&dir, &manifest, &store_id)? else { return Ok(None) };
+        let Some(published) = layout.publish(&dir, &manifest, &store_id, &listing)? else { return Ok(None) };
         debug!(
             partition = %id,
             next_offset = manifest.export.checkpoint.next_offset,

@@ -284,14 +284,19 @@ impl Layout {
 
     /// Publishes an export: its files are in `dir` under the names the manifest gives them
     /// (RocksDB's), and are stored as `<store_id>-<name>` in the partition's `files/`; a file
-    /// already there with the same size is not uploaded again. The manifest, naming the
-    /// stored files, goes last. `None` when a snapshot of the same offset is already
-    /// published (it holds at least the same state).
-    pub fn publish(&self, dir: &Path, manifest: &Manifest, store_id: &str) -> Result<Option<Published>, SnapshotError> {
+    /// that `listing` (the partition's, taken before the export) shows with the same size is
+    /// not uploaded again. The manifest, naming the stored files, goes last. `None` when a
+    /// snapshot of the same offset is already published (it holds at least the same state).
+    pub fn publish(
+        &self,
+        dir: &Path,
+        manifest: &Manifest,
+        store_id: &str,
+        listing: &Listing,
+    ) -> Result<Option<Published>, SnapshotError> {
         let p = PartitionId { source: manifest.source, partition: manifest.number };
         let key = self.snapshot_prefix(p, manifest.export.checkpoint.next_offset);
         let manifest_key = key.clone().join(MANIFEST);
-        let listing = self.listing(p)?;
         if listing.snapshots.get(&manifest.export.checkpoint.next_offset).is_some_and(|o| o.manifest.is_some()) {
             return Ok(None);
         }
@@ -414,7 +419,12 @@ mod tests {
         for f in &m.export.files {
             std::fs::write(dir.path().join(&f.file), vec![fill; f.bytes as usize]).expect("write");
         }
-        layout.publish(dir.path(), m, "store-a")
+        layout.publish(
+            dir.path(),
+            m,
+            "store-a",
+            &layout.listing(PartitionId { source: m.source, partition: m.number })?,
+        )
     }
 
     fn publish(layout: &Layout, p: PartitionId, next: i64) -> Result<Option<Published>, SnapshotError> {
@@ -479,7 +489,12 @@ mod tests {
         // Another store's file 10 is another file.
         let other = tempfile::tempdir()?;
         std::fs::write(other.path().join("000010.sst"), b"other")?;
-        let three = layout.publish(other.path(), &manifest_of(p, 30, vec![file("000010.sst", 5)]), "store-b")?;
+        let three = layout.publish(
+            other.path(),
+            &manifest_of(p, 30, vec![file("000010.sst", 5)]),
+            "store-b",
+            &layout.listing(p)?,
+        )?;
         assert_eq!(three.map(|t| t.uploaded_files), Some(1));
         assert!(layout.listing(p)?.files.contains_key("store-b-000010.sst"));
         Ok(())

@@ -31,15 +31,16 @@ impl<'a> CommitBatch<'a> {
         CommitBatch { store, batch: WriteBatch::default(), cfs: Vec::new(), failed: None }
     }
 
-    /// Partition `p`'s column family, created on its first write.
-    fn cf(&mut self, p: PartitionId) -> Option<Arc<PartCf>> {
-        if let Some(cf) = self.cfs.iter().find(|c| c.p == p) {
-            return Some(Arc::clone(cf));
+    /// The index in `cfs` of partition `p`'s column family, created on its first write.
+    /// Callers borrow `self.cfs[i]` beside `self.batch`: no reference count per record.
+    fn cf(&mut self, p: PartitionId) -> Option<usize> {
+        if let Some(i) = self.cfs.iter().position(|c| c.p == p) {
+            return Some(i);
         }
         match self.store.part_or_create(p) {
             Ok(cf) => {
-                self.cfs.push(Arc::clone(&cf));
-                Some(cf)
+                self.cfs.push(cf);
+                Some(self.cfs.len() - 1)
             }
             Err(e) => {
                 self.failed.get_or_insert(e);
@@ -49,38 +50,39 @@ impl<'a> CommitBatch<'a> {
     }
 
     pub fn put_dedup(&mut self, p: PartitionId, event_id: &str, append_ms: i64) {
-        if let Some(cf) = self.cf(p) {
-            self.batch.put_cf(&*cf, dedup_key(event_id), append_ms.to_le_bytes());
+        if let Some(i) = self.cf(p) {
+            self.batch.put_cf(&*self.cfs[i], dedup_key(event_id), append_ms.to_le_bytes());
         }
     }
 
     /// `value` is already encoded with [`codec::encode`].
     pub fn put_aggregate(&mut self, p: PartitionId, ns: Namespace, key: &[u8], value: &[u8]) {
-        if let Some(cf) = self.cf(p) {
-            self.batch.put_cf(&*cf, aggregate_key(ns, key), value);
+        if let Some(i) = self.cf(p) {
+            self.batch.put_cf(&*self.cfs[i], aggregate_key(ns, key), value);
         }
     }
 
     pub fn delete_aggregate(&mut self, p: PartitionId, ns: Namespace, key: &[u8]) {
-        if let Some(cf) = self.cf(p) {
-            self.batch.delete_cf(&*cf, aggregate_key(ns, key));
+        if let Some(i) = self.cf(p) {
+            self.batch.delete_cf(&*self.cfs[i], aggregate_key(ns, key));
         }
     }
 
     /// A new outbox row: written with the state and offsets that produced the action.
     /// An outbox row and its index entries (see [`crate::outbox`]).
     pub fn put_outbox(&mut self, p: PartitionId, key: &str, row: &[u8], index: OutboxIndex) {
-        if let Some(cf) = self.cf(p) {
-            self.batch.put_cf(&*cf, parts::tagged(TAG_OUTBOX, key.as_bytes()), row);
-            Store::index_outbox(&mut self.batch, &cf, key, index);
+        if let Some(i) = self.cf(p) {
+            let cf = &*self.cfs[i];
+            self.batch.put_cf(cf, parts::tagged(TAG_OUTBOX, key.as_bytes()), row);
+            Store::index_outbox(&mut self.batch, cf, key, index);
         }
     }
 
     pub fn put_checkpoint(&mut self, p: PartitionId, c: &Checkpoint) -> Result<(), StateError> {
         let value = codec::encode(c)?;
         match self.cf(p) {
-            Some(cf) => {
-                self.batch.put_cf(&*cf, [TAG_CHECKPOINT], value);
+            Some(i) => {
+                self.batch.put_cf(&*self.cfs[i], [TAG_CHECKPOINT], value);
                 Ok(())
             }
             // The column family could not be created: the error the batch kept.

@@ -211,7 +211,7 @@ impl Store {
         unsafe { ffi::rocksdb_export_import_files_metadata_destroy(metadata) };
         result?;
         if self.checkpoint(p)?.is_none() {
-            self.drop_part(p)?;
+            self.drop_partition(p)?;
             return Err(StateError::Decode {
                 what: "partition export",
                 detail: format!("the files in {} hold no checkpoint of {p}", dir.display()),

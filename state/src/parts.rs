@@ -232,6 +232,10 @@ impl Store {
             raw
         };
         if let Some(msg) = take_error(err) {
+            if !raw.is_null() {
+                // SAFETY: a handle RocksDB returned beside its error, never used.
+                unsafe { ffi::rocksdb_column_family_handle_destroy(raw) };
+            }
             return Err(self.ffi_error(&format!("importing column family {name}"), msg));
         }
         if let Ok(mut kept) = self.created_options.lock() {
@@ -244,8 +248,10 @@ impl Store {
         Ok(())
     }
 
-    /// Drops `p`'s column family (its files go with it). Nothing when it has none.
-    pub(crate) fn drop_part(&self, p: PartitionId) -> Result<(), StateError> {
+    /// Removes every trace of a partition (used before rebuilding it from the log, for
+    /// partitions that moved away, and after an import that brought no checkpoint): its
+    /// column family and its files. Nothing when it has none.
+    pub fn drop_partition(&self, p: PartitionId) -> Result<(), StateError> {
         let _changing = self.parts.changing.lock().map_err(|_| self.poisoned())?;
         match self.parts.remove(p) {
             Some(cf) => self.drop_cf_raw(&cf),

@@ -564,12 +564,6 @@ impl Store {
         self.db.write_opt(batch, &WriteOptions::default()).map_err(|e| self.rocks(e))
     }
 
-    /// Removes every trace of a partition (used before rebuilding it from the log, and for
-    /// partitions that moved away): its column family and its files.
-    pub fn drop_partition(&self, p: PartitionId) -> Result<(), StateError> {
-        self.drop_part(p)
-    }
-
     /// Forces a compaction of every partition's column family (tests and maintenance).
     pub fn compact_dedup(&self) {
         for cf in self.parts.all() {
