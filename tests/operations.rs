@@ -144,7 +144,9 @@ fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page
         let committed = !metric(&page, "tidemark_checkpoint_duration_seconds_count").is_empty();
         let ready = http("GET", port, "/readyz")?.0 == 200;
         let snapshotted = !metric(&page, "tidemark_snapshot_duration_seconds_count").is_empty();
-        (n >= 3000.0 && committed && ready && snapshotted).then_some(page)
+        // The janitor publishes the partitions held here every 5 s, once some are committed.
+        let held = !metric(&page, "tidemark_state_partition_local").is_empty();
+        (n >= 3000.0 && committed && ready && snapshotted && held).then_some(page)
     });
     let missing = missing_names(&page, |n| !n.starts_with("tidemark_microbatch_"));
     assert!(missing.is_empty(), "metrics used by the chart but absent from /metrics: {missing:?}\n{page}");

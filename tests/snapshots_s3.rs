@@ -6,110 +6,45 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use common::*;
 use tidemark::dispatch::testkit::{Behaviour, Recorded, TestServer};
+use tidemark::testkit::s3;
 
-const ACCESS: &str = "tidemark-test";
-const SECRET: &str = "tidemark-test-secret";
-const BUCKET: &str = "snapshots";
-
-/// The gateway binary: `TIDEMARK_VERSITYGW`, the cache scripts/setup.sh installs into, or PATH.
-fn versitygw() -> PathBuf {
-    if let Ok(p) = std::env::var("TIDEMARK_VERSITYGW") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var("TIDEMARK_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/tidemark"));
-    let cached = cache.join("bin/versitygw");
-    if cached.exists() {
-        return cached;
-    }
-    let on_path = std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .map(|d| Path::new(d).join("versitygw"))
-        .find(|p| p.exists());
-    on_path.expect("versitygw not found: run scripts/setup.sh, which installs it (or set TIDEMARK_VERSITYGW)")
-}
-
-/// An S3 gateway over a directory, on a fixed port so that it can be restarted in place.
+/// The gateway over a temporary directory, dropped with it.
 struct Gateway {
-    child: Option<Child>,
-    port: u16,
-    dir: tempfile::TempDir,
+    inner: s3::Gateway,
+    _dir: tempfile::TempDir,
 }
 
 impl Gateway {
     fn start() -> Gateway {
         let dir = tempfile::tempdir().expect("tmp");
-        // A bucket of the posix backend is a directory below its root.
-        std::fs::create_dir(dir.path().join(BUCKET)).expect("bucket");
-        let mut g = Gateway { child: None, port: free_port(), dir };
-        g.restart();
-        g
+        Gateway { inner: s3::Gateway::start(dir.path()).expect("versitygw"), _dir: dir }
     }
 
     fn restart(&mut self) {
-        let log = std::fs::File::create(self.dir.path().with_extension("log")).expect("log");
-        let child = Command::new(versitygw())
-            .args(["--access", ACCESS, "--secret", SECRET, "--port", &format!("127.0.0.1:{}", self.port), "posix"])
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn versitygw");
-        self.child = Some(child);
-        wait_for(Duration::from_secs(30), "versitygw to listen", || {
-            std::net::TcpStream::connect(("127.0.0.1", self.port)).ok().map(|_| ())
-        });
+        self.inner.restart().expect("versitygw restarted");
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.inner.kill();
     }
 
     /// What a process needs to use it: `--snapshot-dir` and the AWS variables.
     fn env(&self, prefix: &str) -> Vec<(String, String)> {
-        vec![
-            ("TIDEMARK_SNAPSHOT_DIR".into(), format!("s3://{BUCKET}/{prefix}")),
-            ("TIDEMARK_SNAPSHOT_INTERVAL".into(), "1s".into()),
-            ("AWS_ACCESS_KEY_ID".into(), ACCESS.into()),
-            ("AWS_SECRET_ACCESS_KEY".into(), SECRET.into()),
-            ("AWS_REGION".into(), "us-east-1".into()),
-            ("AWS_ENDPOINT_URL".into(), format!("http://127.0.0.1:{}", self.port)),
-            ("AWS_ALLOW_HTTP".into(), "true".into()),
-        ]
+        let mut env = vec![
+            ("TIDEMARK_SNAPSHOT_DIR".to_string(), s3::Gateway::snapshot_dir(prefix)),
+            ("TIDEMARK_SNAPSHOT_INTERVAL".to_string(), "1s".to_string()),
+        ];
+        env.extend(self.inner.env());
+        env
     }
 
-    /// Manifests stored below `prefix`, as files of the gateway's directory.
-    fn manifests(&self, prefix: &str) -> Vec<PathBuf> {
-        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else if p.file_name().is_some_and(|n| n == "manifest.json") {
-                    out.push(p);
-                }
-            }
-        }
-        let mut out = Vec::new();
-        walk(&self.dir.path().join(BUCKET).join(prefix), &mut out);
-        out
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.kill();
+    fn manifests(&self, prefix: &str) -> Vec<std::path::PathBuf> {
+        self.inner.manifests(prefix)
     }
 }
 

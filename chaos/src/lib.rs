@@ -9,12 +9,17 @@
 //! - [`history`]: topics and a seeded generated history per scenario.
 //! - [`scenario`]: the fault scenarios and the profiles that group them.
 //! - [`checker`]: the invariant checker and its JSON/human report.
+//! - [`placement`]: where the pods keep partitions' state (standby copies, local state),
+//!   read from their metrics.
+//! - [`outage`]: the object store down mid-run.
 //! - [`takeover`]: where a surviving pod's promoted partitions resumed (standby copy,
 //!   snapshot, log start), read from its log.
 
 pub mod broker;
 pub mod checker;
 pub mod history;
+pub mod outage;
+pub mod placement;
 pub mod pod;
 pub mod scenario;
 pub mod takeover;

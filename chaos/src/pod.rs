@@ -25,12 +25,17 @@ pub struct Pod {
     /// `--replicas` (static partition ownership by ordinal), as the Helm chart runs it by
     /// default; `None`: group-managed (cooperative-sticky, static membership).
     pub replicas: Option<usize>,
-    /// `--snapshot-dir`, shared by every pod of the group.
-    pub snapshots: Option<PathBuf>,
+    /// `--snapshot-dir` (a directory or an `s3://` URL), shared by every pod of the group.
+    pub snapshots: Option<String>,
+    /// Environment for the process besides the defaults (the object store's credentials).
+    pub env: Vec<(String, String)>,
+    /// More arguments for `tidemark run`.
+    pub args: Vec<String>,
     /// Runs `tidemark microbatch` (slices every 300 ms) instead of the stream.
     pub microbatch: bool,
-    /// `--standbys all`: a standby task for every input partition the pod does not own.
-    pub standbys: bool,
+    /// `--standbys`: `all` (a standby task for every input partition the pod does not own)
+    /// or a count of copies per partition.
+    pub standbys: Option<String>,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -60,8 +65,10 @@ impl Pod {
             restarts: 0,
             replicas: Some(1),
             snapshots: None,
+            env: Vec::new(),
+            args: Vec::new(),
             microbatch: false,
-            standbys: false,
+            standbys: None,
         })
     }
 
@@ -85,9 +92,10 @@ impl Pod {
             if let Some(dir) = &self.snapshots {
                 cmd.arg("--snapshot-dir").arg(dir).args(["--snapshot-interval", "2s"]);
             }
-            if self.standbys {
-                cmd.args(["--standbys", "all"]);
+            if let Some(n) = &self.standbys {
+                cmd.args(["--standbys", n]);
             }
+            cmd.args(&self.args);
         }
         cmd.arg("--topology")
             .arg(&self.topology)
@@ -95,6 +103,7 @@ impl Pod {
             .arg(&self.state_dir)
             .args(["--http-addr", &format!("127.0.0.1:{}", self.port), "--backlog-probe-every", "1"])
             .env("TIDEMARK_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log);
         match failpoints {
@@ -213,7 +222,6 @@ impl Drop for Pod {
     }
 }
 
-/// Sum of a metric family's values on a Prometheus page.
 /// Sum of `tidemark_consumer_lag_records` over the input topics. The SKU repartition topic
 /// receives progress marks at every upstream commit, so its lag is never 0 for long.
 pub fn input_lag(page: &str) -> Option<f64> {
@@ -222,6 +230,7 @@ pub fn input_lag(page: &str) -> Option<f64> {
     metric_sum(&inputs, "tidemark_consumer_lag_records")
 }
 
+/// Sum of a metric family's values on a Prometheus page.
 pub fn metric_sum(page: &str, name: &str) -> Option<f64> {
     let mut found = false;
     let mut sum = 0.0;
@@ -234,4 +243,36 @@ pub fn metric_sum(page: &str, name: &str) -> Option<f64> {
         }
     }
     found.then_some(sum)
+}
+
+/// The partitions, as `source[partition]`, whose series of `name` (labelled `source` and
+/// `partition`) is 1 on a Prometheus page.
+pub fn partitions_at_one(page: &str, name: &str) -> std::collections::BTreeSet<String> {
+    let label = |series: &str, key: &str| {
+        let start = series.find(&format!("{key}=\""))? + key.len() + 2;
+        let len = series[start..].find('"')?;
+        Some(series[start..start + len].to_string())
+    };
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, value)| series.split('{').next() == Some(name) && value.trim() == "1")
+        .filter_map(|(series, _)| Some(format!("{}[{}]", label(series, "source")?, label(series, "partition")?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partitions_whose_series_is_one_are_named_source_and_partition() {
+        let page = "# TYPE tidemark_partition_owned gauge\n\
+            tidemark_partition_owned{source=\"orders\",partition=\"3\"} 1\n\
+            tidemark_partition_owned{source=\"orders\",partition=\"1\"} 0\n\
+            tidemark_partition_owned{source=\"sku-repartition\",partition=\"0\"} 1\n\
+            tidemark_partition_owned_other{source=\"orders\",partition=\"2\"} 1\n";
+        let got: Vec<String> = partitions_at_one(page, "tidemark_partition_owned").into_iter().collect();
+        assert_eq!(got, vec!["orders[3]".to_string(), "sku-repartition[0]".to_string()]);
+    }
 }

@@ -6,14 +6,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tidemark::dispatch::testkit::{Behaviour, TestServer};
 use tidemark::kafka::KafkaSettings;
+use tidemark::testkit::s3;
 
 use crate::broker::Broker;
 use crate::checker::{self, ProcessEnd, ScenarioReport};
 use crate::history;
+use crate::placement::{self, PodView};
 use crate::pod::{input_lag, metric_sum, Pod};
 use crate::takeover::{self, Takeover, WARM_LOG};
 
@@ -72,9 +75,32 @@ pub enum Fault {
     /// A graceful move both ways (group-managed, two pods): A leaves on SIGTERM and B takes
     /// everything, then A starts again and takes its share back from B.
     HandOverAndBack,
+    /// Not a fault, a check before the faults that follow (`--standbys N`): every owned
+    /// partition has this many warm copies, each on another pod, within a minute.
+    CopiesPlaced(usize),
+    /// The object store ([`Snapshots::ObjectStore`]) is down this long while input is
+    /// produced: every pod stays up and live, keeps processing, counts the failures
+    /// (`tidemark_snapshot_failures_total`), and uploads again once it is back.
+    ObjectStoreDown(Duration),
+    /// Not a fault, a check after moves (scale cycles, `--drop-moved-after` = this grace):
+    /// within the grace and two janitor looks, no pod holds the state of a partition it
+    /// neither owns nor shadows (`tidemark_state_partition_local`).
+    MovedAwayDropped(Duration),
 }
 
-#[derive(Clone, Debug)]
+/// Where the pods of a group-managed scenario keep snapshots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Snapshots {
+    #[default]
+    Off,
+    /// A directory shared by the pods (`--snapshot-dir DIR`).
+    Directory,
+    /// A real S3-compatible store started for the run (versitygw, `s3://` URL, credentials
+    /// in the environment as in a pod).
+    ObjectStore,
+}
+
+#[derive(Clone, Debug, Default)]
 pub struct Scenario {
     pub name: &'static str,
     pub pods: usize,
@@ -84,12 +110,18 @@ pub struct Scenario {
     /// Group-managed assignment (cooperative-sticky, static membership) instead of
     /// `--replicas`: partitions move between pods.
     pub group: bool,
-    /// `--snapshot-dir` shared by the pods: moved or lost partitions restore from it.
-    pub snapshots: bool,
-    /// `--standbys all` (group-managed): every pod keeps a standby task for each partition it
-    /// does not own. The scenario fails unless a surviving pod took partitions from its
-    /// standby tasks after a kill, so a silent fallback to a snapshot import cannot pass.
-    pub standbys: bool,
+    /// Snapshots shared by the pods: moved or lost partitions restore from them.
+    pub snapshots: Snapshots,
+    /// `--standbys` (group-managed). With `all` every pod keeps a standby task for each
+    /// partition it does not own, and the scenario fails unless a surviving pod took
+    /// partitions from its standby tasks after a kill, so a silent fallback to a snapshot
+    /// import cannot pass. With a count N, N pods hold each partition's copy and the group
+    /// hands a dead pod's partition to one of them only by chance: a surviving pod must have
+    /// resumed some partition from a copy or a snapshot, and [`Fault::CopiesPlaced`] checks
+    /// the placement.
+    pub standbys: Option<&'static str>,
+    /// More arguments for the faulty pods' `tidemark run`.
+    pub args: &'static [&'static str],
     /// The faulty pods fence idle partitions (`internal.idle_promise = "fence"`), the
     /// reference keeps the clock promise: both read the same inputs, fences included.
     pub fences: bool,
@@ -110,9 +142,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "random-sigkills",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::RandomKills(3)],
             events: 6000,
@@ -121,9 +154,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "random-sigkills-with-fences",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: true,
+            args: &[],
             pods: 2,
             faults: vec![Fault::RandomKills(3)],
             events: 6000,
@@ -132,9 +166,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "every-failpoint",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 1,
             faults: vec![Fault::Failpoints],
             events: 6000,
@@ -143,9 +178,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "endpoint-chaos-and-log-replayed",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 1,
             faults: vec![Fault::EndpointChaos, Fault::AppendTwice],
             events: 6000,
@@ -154,9 +190,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "broker-kill-and-sigterm-cycles",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 1,
             faults: vec![Fault::BrokerRestart, Fault::SigtermCycles(2)],
             events: 6000,
@@ -165,9 +202,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "outputs-refused-by-the-broker",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::OutputsRefused(Duration::from_secs(20))],
             events: 24_000,
@@ -176,9 +214,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "state-directory-wiped",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 1,
             faults: vec![Fault::WipeState],
             events: 4000,
@@ -187,9 +226,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "scale-up-and-down",
             microbatch: false,
             group: true,
-            snapshots: true,
-            standbys: false,
+            snapshots: Snapshots::Directory,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::ScaleTo(3), Fault::ScaleTo(1)],
             events: 6000,
@@ -198,9 +238,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "pod-gone-for-good",
             microbatch: false,
             group: true,
-            snapshots: true,
-            standbys: false,
+            snapshots: Snapshots::Directory,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::GoneForGood],
             events: 6000,
@@ -209,9 +250,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "volume-wiped-with-snapshots",
             microbatch: false,
             group: true,
-            snapshots: true,
-            standbys: false,
+            snapshots: Snapshots::Directory,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::WipeState],
             events: 6000,
@@ -220,9 +262,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "volume-wiped-with-standby",
             microbatch: false,
             group: true,
-            snapshots: true,
-            standbys: true,
+            snapshots: Snapshots::Directory,
+            standbys: Some("all"),
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::VolumeLost],
             // 16 s of input: the kill lands while it is still produced, after a cold start's
@@ -233,9 +276,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "pod-gone-for-good-with-standby",
             microbatch: false,
             group: true,
-            snapshots: true,
-            standbys: true,
+            snapshots: Snapshots::Directory,
+            standbys: Some("all"),
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::GoneForGood],
             // 16 s of input: the kill lands while it is still produced, after a cold start's
@@ -248,9 +292,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "three-pods-two-gone-for-good",
             microbatch: false,
             group: true,
-            snapshots: true,
-            standbys: false,
+            snapshots: Snapshots::Directory,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::ScaleTo(3), Fault::GoneForGood, Fault::GoneForGood],
             events: 48_000,
@@ -259,9 +304,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "partition-moves-back-and-forth",
             microbatch: false,
             group: true,
-            snapshots: true,
-            standbys: false,
+            snapshots: Snapshots::Directory,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::BackAndForth],
             // 24 s of input: B still receives input after A has left.
@@ -271,9 +317,10 @@ pub fn short_profile() -> Vec<Scenario> {
             name: "slow-endpoint-during-a-hand-over",
             microbatch: false,
             group: true,
-            snapshots: true,
-            standbys: false,
+            snapshots: Snapshots::Directory,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             // 300 ms answers against a 500 ms client timeout: every hand-over finds attempts
             // under way and attempts waiting for an HTTP place. No pod crashes here, so no
@@ -282,12 +329,54 @@ pub fn short_profile() -> Vec<Scenario> {
             events: 24_000,
         },
         Scenario {
+            // Issue 35: three pods with one warm copy per partition (placed by rendezvous
+            // over the members), snapshots in a real S3-compatible store, one pod gone for
+            // good while input is produced.
+            name: "one-standby-on-three-pods-one-gone-for-good",
+            group: true,
+            snapshots: Snapshots::ObjectStore,
+            standbys: Some("1"),
+            pods: 3,
+            faults: vec![Fault::CopiesPlaced(1), Fault::GoneForGood],
+            events: 24_000,
+            ..Scenario::default()
+        },
+        Scenario {
+            // Issue 35: the object store down for 12 s mid-run, then a pod gone for good: its
+            // partitions restore from the snapshots uploaded after the outage.
+            name: "object-store-down-mid-run",
+            group: true,
+            snapshots: Snapshots::ObjectStore,
+            pods: 2,
+            faults: vec![Fault::ObjectStoreDown(Duration::from_secs(12)), Fault::GoneForGood],
+            // 24 s of input: it is still produced through the outage.
+            events: 36_000,
+            ..Scenario::default()
+        },
+        Scenario {
+            // Issue 35: five scale cycles 2 → 3 → 2 without standbys; then each pod's disk
+            // holds only the partitions it owns (--drop-moved-after at its minimum, 60 s).
+            name: "five-scale-cycles-leave-only-owned-state",
+            group: true,
+            snapshots: Snapshots::Directory,
+            args: &["--drop-moved-after", "60s"],
+            pods: 2,
+            faults: [[Fault::ScaleTo(3), Fault::ScaleTo(2)]; 5]
+                .into_iter()
+                .flatten()
+                .chain([Fault::MovedAwayDropped(Duration::from_secs(60))])
+                .collect(),
+            events: 24_000,
+            ..Scenario::default()
+        },
+        Scenario {
             name: "microbatch-kills-and-failpoints",
             microbatch: true,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 1,
             faults: vec![Fault::RandomKills(3), Fault::Failpoints, Fault::AppendTwice],
             events: 6000,
@@ -302,9 +391,10 @@ pub fn outage_profile() -> Vec<Scenario> {
         name: "broker-down-ten-minutes",
         microbatch: false,
         group: true,
-        snapshots: false,
-        standbys: false,
+        snapshots: Snapshots::Off,
+        standbys: None,
         fences: false,
+        args: &[],
         pods: 2,
         faults: vec![Fault::BrokerOutage(Duration::from_secs(600))],
         // 16 s of input: the outage lands while it is still produced, after the warm-up.
@@ -319,9 +409,10 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
             name: "soak-random-sigkills",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 3,
             faults: vec![Fault::RandomKills(kills)],
             events: 20_000,
@@ -330,9 +421,10 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
             name: "soak-microbatch",
             microbatch: true,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 1,
             faults: vec![Fault::RandomKills(kills), Fault::Failpoints, Fault::BrokerRestart, Fault::AppendTwice],
             events: 20_000,
@@ -341,9 +433,10 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
             name: "soak-failpoints",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![Fault::Failpoints, Fault::RandomKills(3)],
             events: 20_000,
@@ -352,9 +445,10 @@ pub fn soak_profile(round: u64) -> Vec<Scenario> {
             name: "soak-everything",
             microbatch: false,
             group: false,
-            snapshots: false,
-            standbys: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
             fences: false,
+            args: &[],
             pods: 2,
             faults: vec![
                 Fault::EndpointChaos,
@@ -486,8 +580,15 @@ fn actions_of(server: &TestServer) -> BTreeMap<String, Vec<checker::Post>> {
 struct Mode {
     /// `--replicas n` when false; group-managed when true.
     group: bool,
-    snapshots: Option<PathBuf>,
-    standbys: bool,
+    /// `--snapshot-dir`, with the environment it needs.
+    snapshots: Option<(String, Vec<(String, String)>)>,
+    standbys: Option<&'static str>,
+    args: &'static [&'static str],
+}
+
+impl Mode {
+    /// One pod, `--replicas 1`, nothing shared: the reference run.
+    const ALONE: Mode = Mode { group: false, snapshots: None, standbys: None, args: &[] };
 }
 
 fn pods(env: &Env, n: usize, topology: &Path, group: &str, mode: &Mode) -> anyhow::Result<Vec<Pod>> {
@@ -497,8 +598,12 @@ fn pods(env: &Env, n: usize, topology: &Path, group: &str, mode: &Mode) -> anyho
 fn pod(env: &Env, i: usize, n: usize, topology: &Path, group: &str, mode: &Mode) -> anyhow::Result<Pod> {
     let mut pod = Pod::new(&format!("{group}-{i}"), &env.bin, topology, &env.dir, &env.broker.bootstrap(), group)?;
     pod.replicas = (!mode.group).then_some(n);
-    pod.snapshots = mode.snapshots.clone();
-    pod.standbys = mode.standbys;
+    if let Some((dir, vars)) = &mode.snapshots {
+        pod.snapshots = Some(dir.clone());
+        pod.env = vars.clone();
+    }
+    pod.standbys = mode.standbys.map(str::to_string);
+    pod.args = mode.args.iter().map(|a| a.to_string()).collect();
     Ok(pod)
 }
 
@@ -542,11 +647,18 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     )?;
 
     let faulty_group = format!("f{seed}");
-    let mode = Mode {
-        group: sc.group,
-        snapshots: sc.snapshots.then(|| env.dir.join(format!("{faulty_group}-snapshots"))),
-        standbys: sc.standbys,
+    let mut gateway = match sc.snapshots {
+        Snapshots::ObjectStore => Some(s3::Gateway::start(&env.dir.join(format!("{faulty_group}-s3")))?),
+        _ => None,
     };
+    let snapshots = match (sc.snapshots, &gateway) {
+        (Snapshots::Directory, _) => {
+            Some((env.dir.join(format!("{faulty_group}-snapshots")).display().to_string(), Vec::new()))
+        }
+        (Snapshots::ObjectStore, Some(g)) => Some((s3::Gateway::snapshot_dir(&faulty_group), g.env())),
+        _ => None,
+    };
+    let mode = Mode { group: sc.group, snapshots, standbys: sc.standbys, args: sc.args };
     let mut faulty = pods(env, sc.pods, &faulty_topo, &faulty_group, &mode)?;
     // Every faulty process that ends, with what its log had under way: the crashes that may
     // repeat a POST.
@@ -562,8 +674,13 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     let spawn = |i: usize| pod(env, i, sc.pods, &faulty_topo, &faulty_group, &mode);
     let mut survivors = Vec::new();
     for fault in &sc.faults {
-        let mut cx =
-            Faults { report: &mut *report, topics: &faulty_topics, survivors: &mut survivors, ends: &mut ends };
+        let mut cx = Faults {
+            report: &mut *report,
+            topics: &faulty_topics,
+            survivors: &mut survivors,
+            ends: &mut ends,
+            gateway: gateway.as_mut(),
+        };
         inject(env, *fault, &mut faulty, &spawn, &faulty_server, &mut rng, &generator, &mut cx)?;
     }
     generator.join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
@@ -606,7 +723,7 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     if refused > 0 {
         fail(report, &format!("{refused} task transition(s) refused (see the pods' logs)"));
     }
-    if sc.standbys {
+    if let Some(copies) = sc.standbys {
         // The survivors must have continued the lost partitions from their standby copies.
         let mut t = Takeover::default();
         for m in &survivors {
@@ -624,22 +741,23 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
         ));
         if t.promotions == 0 {
             fail(report, "no surviving pod took a partition from its standby tasks");
-        } else if t.from_standby.is_empty() {
+        } else if copies == "all" && t.from_standby.is_empty() {
             fail(report, "no partition a surviving pod took over resumed from its standby copy");
+        } else if t.from_standby.is_empty() && t.from_snapshot.is_empty() {
+            fail(report, "no partition a surviving pod took over resumed from a standby copy or a snapshot");
         }
     }
-    if sc.snapshots {
+    if sc.snapshots != Snapshots::Off {
         // A move or a lost volume must have come from a snapshot, not a replay from offset 0.
         // With standbys it comes from the standby copy, which a snapshot only backs.
         let restored = lines_in_logs(&env.dir, &faulty_group, "restored from snapshot");
         report.faults.push(format!("{restored} partition restores from snapshots"));
-        if restored == 0 && !sc.standbys {
+        if restored == 0 && sc.standbys.is_none() {
             report.error = Some("no partition was restored from a snapshot".into());
         }
     }
 
-    let mut reference =
-        pods(env, 1, &reference_topo, &format!("r{seed}"), &Mode { group: false, snapshots: None, standbys: false })?;
+    let mut reference = pods(env, 1, &reference_topo, &format!("r{seed}"), &Mode::ALONE)?;
     reference[0].start(None)?;
     settle(
         &mut reference,
@@ -661,7 +779,7 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
 }
 
 /// The faulty pods' process ends so far, each with the keys its log had under way.
-struct Ends {
+pub(crate) struct Ends {
     started: Instant,
     list: Vec<ProcessEnd>,
 }
@@ -673,7 +791,7 @@ impl Ends {
 
     /// Records the end of `pod`'s last process, which is gone (killed and reaped, aborted,
     /// exited): now, and the keys its own log segment shows posted with no stored outcome.
-    fn record(&mut self, pod: &Pod, what: &str, crash: bool) {
+    pub(crate) fn record(&mut self, pod: &Pod, what: &str, crash: bool) {
         let at = Instant::now();
         let what = format!("{what} at {:.1} s", at.duration_since(self.started).as_secs_f64());
         self.list.push(ProcessEnd { what, at, crash, at_risk: checker::at_risk(&pod.process_log()) });
@@ -695,6 +813,8 @@ struct Faults<'a> {
     /// Where the surviving pods' logs stood at a kill (scenarios with standbys read past it).
     survivors: &'a mut Vec<LogMark>,
     ends: &'a mut Ends,
+    /// The object store of a [`Snapshots::ObjectStore`] scenario.
+    gateway: Option<&'a mut s3::Gateway>,
 }
 
 /// Whether a fault landed while the history was still being produced.
@@ -707,7 +827,7 @@ fn input_state(generator: &std::thread::JoinHandle<anyhow::Result<()>>) -> &'sta
 }
 
 /// Records a failed check, keeping any earlier one.
-fn fail(report: &mut ScenarioReport, msg: &str) {
+pub(crate) fn fail(report: &mut ScenarioReport, msg: &str) {
     report.error = Some(match report.error.take() {
         Some(e) => format!("{e}; {msg}"),
         None => msg.to_string(),
@@ -783,6 +903,41 @@ fn watch_through(
     Ok(found)
 }
 
+/// Reads every pod's partitions until `wrong` finds nothing (the views, and how long it
+/// took) or `limit` passes (what was still wrong).
+fn wait_for_views(
+    pods: &[Pod],
+    limit: Duration,
+    wrong: impl Fn(&[PodView]) -> Vec<String>,
+) -> (Result<Vec<PodView>, Vec<String>>, Duration) {
+    let started = Instant::now();
+    loop {
+        let views: Vec<PodView> =
+            pods.iter().map(|p| PodView::read(&p.name, &p.metrics().unwrap_or_default())).collect();
+        let found = wrong(&views);
+        if found.is_empty() {
+            return (Ok(views), started.elapsed());
+        }
+        if started.elapsed() > limit {
+            return (Err(found), started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Bytes of the files below `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn inject(
     env: &Env,
@@ -794,7 +949,7 @@ fn inject(
     generator: &std::thread::JoinHandle<anyhow::Result<()>>,
     cx: &mut Faults<'_>,
 ) -> anyhow::Result<()> {
-    let Faults { report, topics, survivors, ends } = cx;
+    let Faults { report, topics, survivors, ends, gateway } = cx;
     let pause = |rng: &mut ChaCha8Rng, lo: u64, hi: u64| Duration::from_millis(rng.gen_range(lo..hi));
     match fault {
         Fault::RandomKills(n) => {
@@ -982,7 +1137,7 @@ fn inject(
             // It rejoins (with standbys: once its standby copies have caught up) and gets
             // partitions back.
             wait_balanced(pods, Duration::from_secs(120))?;
-            if pods[i].standbys && !pods[i].log_since(mark).contains(WARM_LOG) {
+            if pods[i].standbys.is_some() && !pods[i].log_since(mark).contains(WARM_LOG) {
                 fail(report, &format!("{} rejoined without its standby tasks warm", pods[i].name));
             }
         }
@@ -1038,6 +1193,61 @@ fn inject(
         Fault::SlowAnswers(delay) => {
             server.set_behaviour(Behaviour::SlowAnswer(delay));
             report.faults.push(format!("endpoint answers 200 after {} ms from here on", delay.as_millis()));
+        }
+        Fault::CopiesPlaced(copies) => {
+            wait_balanced(pods, Duration::from_secs(60))?;
+            let (found, waited) =
+                wait_for_views(pods, Duration::from_secs(60), |v| placement::misplaced_copies(v, copies));
+            match found {
+                Ok(views) => report.faults.push(format!(
+                    "{copies} standby copy per owned partition on another pod after {:.1} s ({})",
+                    waited.as_secs_f64(),
+                    views
+                        .iter()
+                        .map(|v| format!("{}: {} owned, {} shadowed", v.name, v.owned.len(), v.shadowed.len()))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )),
+                Err(wrong) => fail(report, &format!("standby copies not placed within 60 s: {}", wrong.join("; "))),
+            }
+        }
+        Fault::ObjectStoreDown(length) => {
+            let gateway = gateway.as_deref_mut().context("an object-store outage needs Snapshots::ObjectStore")?;
+            crate::outage::object_store_down(pods, gateway, server, length, ends, report, input_state(generator))?;
+        }
+        Fault::MovedAwayDropped(grace) => {
+            wait_balanced(pods, Duration::from_secs(60))?;
+            // The janitor looks every grace/4 (at most 30 s): a partition moved away just now
+            // goes after the grace and at most two looks.
+            let limit = grace + 2 * (grace / 4).min(Duration::from_secs(30)) + Duration::from_secs(15);
+            let (found, waited) = wait_for_views(pods, limit, |v| {
+                let mut wrong = placement::held_beyond_need(v);
+                wrong.extend(
+                    v.iter().filter(|p| p.local.is_empty()).map(|p| format!("{} publishes no local state", p.name)),
+                );
+                wrong
+            });
+            match found {
+                Ok(views) => report.faults.push(format!(
+                    "after {:.0} s every pod's disk holds only what it owns or shadows: {}",
+                    waited.as_secs_f64(),
+                    views
+                        .iter()
+                        .zip(pods.iter())
+                        .map(|(v, p)| format!(
+                            "{}: {} partitions, {:.1} MB",
+                            v.name,
+                            v.local.len(),
+                            dir_bytes(&p.state_dir) as f64 / 1e6
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )),
+                Err(wrong) => fail(
+                    report,
+                    &format!("state of partitions that moved away still held after {limit:?}: {}", wrong.join("; ")),
+                ),
+            }
         }
         Fault::AppendTwice | Fault::WipeState => {}
     }

@@ -27,6 +27,9 @@ use crate::standby::Standbys;
 pub const MIN_GRACE: Duration = Duration::from_secs(60);
 /// The janitor looks at most this far apart.
 const LOOK_EVERY: Duration = Duration::from_secs(30);
+/// Between looks, which partitions have state here is published this often (one read of
+/// each partition's checkpoint key).
+const PUBLISH_EVERY: Duration = Duration::from_secs(5);
 
 /// `--drop-moved-after`: the grace period, `None` for `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,15 +77,52 @@ pub struct Janitor {
     pub standbys: Option<Arc<Standbys>>,
     pub grace: Duration,
     unneeded_since: BTreeMap<PartitionId, Instant>,
+    /// The partitions last published as held in the local store
+    /// (`tidemark_state_partition_local`).
+    published: BTreeSet<PartitionId>,
 }
 
 impl Janitor {
     pub fn new(store: Arc<Store>, lifecycle: Arc<Lifecycle>, standbys: Option<Arc<Standbys>>, grace: Duration) -> Self {
-        Janitor { store, lifecycle, standbys, grace, unneeded_since: BTreeMap::new() }
+        Janitor { store, lifecycle, standbys, grace, unneeded_since: BTreeMap::new(), published: BTreeSet::new() }
     }
 
-    /// One look at `now`: the partitions deleted.
+    /// One look at `now`: the partitions deleted. Publishes which partitions have state
+    /// here after it.
     pub fn look(&mut self, now: Instant) -> Vec<PartitionId> {
+        let Some(mut local) = self.local() else { return Vec::new() };
+        let dropped = self.drop_unneeded(now, &local);
+        for id in &dropped {
+            local.remove(id);
+        }
+        self.publish(local);
+        dropped
+    }
+
+    /// Publishes which partitions have state here, without deleting any (between looks).
+    pub fn publish_held(&mut self) {
+        if let Some(local) = self.local() {
+            self.publish(local);
+        }
+    }
+
+    /// The partitions with a checkpoint in the store.
+    fn local(&self) -> Option<BTreeSet<PartitionId>> {
+        match self.store.checkpointed_partitions() {
+            Ok(l) => Some(l.into_iter().collect()),
+            Err(e) => {
+                warn!(error = %e, "cannot list the partitions in the store; nothing dropped");
+                None
+            }
+        }
+    }
+
+    fn publish(&mut self, local: BTreeSet<PartitionId>) {
+        crate::telemetry::standby::held(&self.published, &local);
+        self.published = local;
+    }
+
+    fn drop_unneeded(&mut self, now: Instant, local: &BTreeSet<PartitionId>) -> Vec<PartitionId> {
         let mut needed = self.lifecycle.take_assigned();
         needed.extend(self.lifecycle.open());
         if let Some(standbys) = &self.standbys {
@@ -94,15 +134,8 @@ impl Janitor {
                 }
             }
         }
-        let local: BTreeSet<PartitionId> = match self.store.checkpointed_partitions() {
-            Ok(l) => l.into_iter().collect(),
-            Err(e) => {
-                warn!(error = %e, "cannot list the partitions in the store; nothing dropped");
-                return Vec::new();
-            }
-        };
         let mut dropped = Vec::new();
-        for id in due(now, self.grace, &local, &needed, &mut self.unneeded_since) {
+        for id in due(now, self.grace, local, &needed, &mut self.unneeded_since) {
             match self.lifecycle.while_closed(id, || self.store.drop_partition(id)) {
                 Some(Ok(())) => {
                     self.unneeded_since.remove(&id);
@@ -130,12 +163,16 @@ pub fn spawn(mut janitor: Janitor, stop: Arc<AtomicBool>) -> anyhow::Result<Join
     std::thread::Builder::new()
         .name("tidemark-janitor".into())
         .spawn(move || {
-            let mut looked = Instant::now();
+            janitor.publish_held();
+            let (mut looked, mut published) = (Instant::now(), Instant::now());
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(250));
                 if looked.elapsed() >= every {
                     janitor.look(Instant::now());
-                    looked = Instant::now();
+                    (looked, published) = (Instant::now(), Instant::now());
+                } else if published.elapsed() >= PUBLISH_EVERY {
+                    janitor.publish_held();
+                    published = Instant::now();
                 }
             }
         })

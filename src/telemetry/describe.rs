@@ -74,6 +74,7 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
     ("tidemark_standby_rows_settled_total", Counter, "Standby outbox rows recorded with the outcome their owner audited"),
     ("tidemark_standby_promotions_total", Counter, "Partitions handed from a standby task to an active task"),
     ("tidemark_standby_partition", Gauge, "1 for an input partition this pod keeps a standby task for, 0 once let go"),
+    ("tidemark_state_partition_local", Gauge, "1 for a partition whose state is in this pod's local store (published every 5 s by the --drop-moved-after janitor), 0 once deleted"),
     ("tidemark_state_partitions_dropped_total", Counter, "Partitions whose local state was deleted after they moved away (neither owned nor shadowed for --drop-moved-after)"),
     ("tidemark_microbatch_slice_seconds", Histogram, "Duration of one micro-batch slice"),
     ("tidemark_microbatch_slices_total", Counter, "Micro-batch slices run"),

@@ -51,6 +51,24 @@ pub fn partitions(changed: impl IntoIterator<Item = (tidemark_state::PartitionId
     }
 }
 
+/// Which partitions have state in the local store, as the janitor last read it:
+/// `tidemark_state_partition_local{source,partition}` (1 while held, 0 once gone). With
+/// `tidemark_partition_owned` and `tidemark_standby_partition` it shows a disk that holds
+/// more than it owns or shadows.
+pub fn held(
+    before: &std::collections::BTreeSet<tidemark_state::PartitionId>,
+    now: &std::collections::BTreeSet<tidemark_state::PartitionId>,
+) {
+    for id in before.difference(now) {
+        gauge!("tidemark_state_partition_local", "source" => id.role(), "partition" => id.partition.to_string())
+            .set(0.0);
+    }
+    for id in now {
+        gauge!("tidemark_state_partition_local", "source" => id.role(), "partition" => id.partition.to_string())
+            .set(1.0);
+    }
+}
+
 /// Makes the dropped-partitions series exist (at 0).
 pub fn drops_started() {
     counter!("tidemark_state_partitions_dropped_total").absolute(0);
