@@ -514,11 +514,30 @@ fn settle(
             return Ok(());
         }
         if started.elapsed() > limit {
-            let tails: Vec<String> = pods.iter().map(|p| format!("--- {}:\n{}", p.name, p.log_tail(15))).collect();
+            let tails: Vec<String> = pods
+                .iter()
+                .zip(&pages)
+                .map(|(p, page)| format!("--- {}: {}\n{}", p.name, unsettled(page.as_deref()), p.log_tail(15)))
+                .collect();
             anyhow::bail!("did not settle within {limit:?}\n{}", tails.join("\n"));
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// What a pod's page says of the settle conditions: input lag, pending outbox rows, owned
+/// partitions and the lag series above 0.
+fn unsettled(page: Option<&str>) -> String {
+    let Some(page) = page else { return "no /metrics answer".into() };
+    let lagging: Vec<&str> =
+        page.lines().filter(|l| l.starts_with("tidemark_consumer_lag_records{") && !l.ends_with(" 0")).collect();
+    format!(
+        "input lag {:?}, outbox pending {:?}, owned {:?} of {:?}, lag series above 0: {lagging:?}",
+        input_lag(page),
+        metric_sum(page, "tidemark_outbox_pending"),
+        metric_sum(page, "tidemark_partition_owned"),
+        metric_sum(page, "tidemark_input_partitions"),
+    )
 }
 
 /// Waits until every input partition is owned and every pod owns some: a group has

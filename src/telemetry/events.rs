@@ -157,14 +157,24 @@ pub fn publish(stats: &Stats, progress: &Progress) {
     for (reason, n) in RejectReason::ALL.iter().zip(stats.dead_letters_by_reason.iter()) {
         counter!("tidemark_dead_letters_total", "reason" => reason.as_str()).absolute(Stats::get(n));
     }
-    publish_ownership(&progress.ownership());
-    for (id, p) in progress.snapshot() {
+    let ownership = progress.ownership();
+    publish_ownership(&ownership);
+    let tracked = progress.snapshot();
+    for (id, p) in &tracked {
         let (source, partition) = (id.role(), id.partition.to_string());
         gauge!("tidemark_backlog_age_seconds", "source" => source, "partition" => partition.clone())
             .set(p.backlog_age_s);
         if let Some(lag) = p.lag() {
             gauge!("tidemark_consumer_lag_records", "source" => source, "partition" => partition).set(lag as f64);
         }
+    }
+    // A partition revoked from this pod keeps its series (the registry cannot drop one), at 0:
+    // its backlog is its new owner's to report, and a stale age or lag here would fire
+    // TidemarkBacklogAgeHigh for a backlog nobody has.
+    for (id, _) in ownership.partitions().filter(|(id, owned)| !owned && !tracked.contains_key(id)) {
+        let (source, partition) = (id.role(), id.partition.to_string());
+        gauge!("tidemark_backlog_age_seconds", "source" => source, "partition" => partition.clone()).set(0.0);
+        gauge!("tidemark_consumer_lag_records", "source" => source, "partition" => partition).set(0.0);
     }
 }
 
@@ -183,5 +193,42 @@ fn publish_ownership(o: &super::ownership::Ownership) {
     for (id, owned) in o.partitions() {
         gauge!("tidemark_partition_owned", "source" => id.role(), "partition" => id.partition.to_string())
             .set(if owned { 1.0 } else { 0.0 });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The series of `name` for `orders[1]` on a rendered page.
+    fn orders_1(page: &str, name: &str) -> Option<f64> {
+        page.lines()
+            .find(|l| l.starts_with(name) && l.contains("source=\"orders\"") && l.contains("partition=\"1\""))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+    }
+
+    #[test]
+    fn a_partition_revoked_with_a_backlog_reports_no_backlog_and_no_lag_here_afterwards() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let (stats, progress) = (Stats::default(), Progress::default());
+        let id = PartitionId::orders(1);
+        progress.input_partitions([(id.source, 4)]);
+        progress.restore_started(&[id]);
+        progress.assigned(id, 100);
+        progress.high_watermark(id, 250);
+        progress.backlog_age(id, 7.5);
+        metrics::with_local_recorder(&recorder, || publish(&stats, &progress));
+        let page = handle.render();
+        assert_eq!(orders_1(&page, "tidemark_consumer_lag_records"), Some(150.0), "{page}");
+        assert_eq!(orders_1(&page, "tidemark_backlog_age_seconds"), Some(7.5), "{page}");
+
+        progress.revoked(id);
+        metrics::with_local_recorder(&recorder, || publish(&stats, &progress));
+        let page = handle.render();
+        assert_eq!(orders_1(&page, "tidemark_partition_owned"), Some(0.0), "{page}");
+        assert_eq!(orders_1(&page, "tidemark_consumer_lag_records"), Some(0.0), "{page}");
+        assert_eq!(orders_1(&page, "tidemark_backlog_age_seconds"), Some(0.0), "{page}");
     }
 }
