@@ -835,7 +835,10 @@ class SnapshotVolume:
             filled = json.loads(out.stdout.strip().splitlines()[-1])
             log(f"  filled: {filled['sst_bytes'] / 1e9:.1f} GB in {filled['fill_s']:.0f} s")
             snaps = os.path.join(r.dir, "snapshots")
-            extra = ["--snapshot-dir", snaps, "--snapshot-interval", f"{interval}s", "--snapshot-keep", "1000", "--instance-id", "vol-0"]
+            # A static member that left holds its partitions for the session timeout: the
+            # restoring process (another member) waits that long for them.
+            extra = ["--snapshot-dir", snaps, "--snapshot-interval", f"{interval}s", "--snapshot-keep", "1000",
+                     *p.get("tidemark_args", []), "--instance-id", "vol-0"]
             env = {"TIDEMARK_LOG_FORMAT": "json"}
             r.start_one(0, e0.url, extra=extra, env=env, log_filter="warn,tidemark::snapshot=info")
             r.sample(p.get("sample_every_s", 5))
