@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::pod::partitions_at_one;
+use crate::pod::{metric_sum, partitions_at_one};
 
 /// One pod's partitions, each as `source[partition]`.
 #[derive(Clone, Debug, Default)]
@@ -14,6 +14,8 @@ pub struct PodView {
     pub owned: BTreeSet<String>,
     pub shadowed: BTreeSet<String>,
     pub local: BTreeSet<String>,
+    /// `tidemark_state_disk_bytes`: the files under its state directory.
+    pub disk_bytes: f64,
 }
 
 impl PodView {
@@ -23,6 +25,7 @@ impl PodView {
             owned: partitions_at_one(page, "tidemark_partition_owned"),
             shadowed: partitions_at_one(page, "tidemark_standby_partition"),
             local: partitions_at_one(page, "tidemark_state_partition_local"),
+            disk_bytes: metric_sum(page, "tidemark_state_disk_bytes").unwrap_or(0.0),
         }
     }
 }
@@ -68,7 +71,7 @@ mod tests {
 
     fn pod(name: &str, owned: &[&str], shadowed: &[&str], local: &[&str]) -> PodView {
         let set = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect();
-        PodView { name: name.into(), owned: set(owned), shadowed: set(shadowed), local: set(local) }
+        PodView { name: name.into(), owned: set(owned), shadowed: set(shadowed), local: set(local), disk_bytes: 0.0 }
     }
 
     #[test]

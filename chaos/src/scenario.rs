@@ -666,16 +666,17 @@ fn run_inner(env: &Env, sc: &Scenario, seed: u64, report: &mut ScenarioReport) -
     )?;
 
     let faulty_group = format!("f{seed}");
-    let mut gateway = match sc.snapshots {
-        Snapshots::ObjectStore => Some(s3::Gateway::start(&env.dir.join(format!("{faulty_group}-s3")))?),
-        _ => None,
-    };
-    let snapshots = match (sc.snapshots, &gateway) {
-        (Snapshots::Directory, _) => {
-            Some((env.dir.join(format!("{faulty_group}-snapshots")).display().to_string(), Vec::new()))
+    // `--snapshot-dir` and the environment it needs; an object store is started for the run.
+    let (mut gateway, snapshots) = match sc.snapshots {
+        Snapshots::Off => (None, None),
+        Snapshots::Directory => {
+            (None, Some((env.dir.join(format!("{faulty_group}-snapshots")).display().to_string(), Vec::new())))
         }
-        (Snapshots::ObjectStore, Some(g)) => Some((s3::Gateway::snapshot_dir(&faulty_group), g.env())),
-        _ => None,
+        Snapshots::ObjectStore => {
+            let g = s3::Gateway::start(&env.dir.join(format!("{faulty_group}-s3")))?;
+            let snapshots = Some((s3::Gateway::snapshot_dir(&faulty_group), g.env()));
+            (Some(g), snapshots)
+        }
     };
     let mode = Mode { group: sc.group, snapshots, standbys: sc.standbys, args: sc.args };
     let mut faulty = pods(env, sc.pods, &faulty_topo, &faulty_group, &mode)?;
@@ -942,19 +943,6 @@ fn wait_for_views(
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-}
-
-/// Bytes of the files below `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
-            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
-        })
-        .sum()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1252,13 +1240,7 @@ fn inject(
                     waited.as_secs_f64(),
                     views
                         .iter()
-                        .zip(pods.iter())
-                        .map(|(v, p)| format!(
-                            "{}: {} partitions, {:.1} MB",
-                            v.name,
-                            v.local.len(),
-                            dir_bytes(&p.state_dir) as f64 / 1e6
-                        ))
+                        .map(|v| format!("{}: {} partitions, {:.1} MB", v.name, v.local.len(), v.disk_bytes / 1e6))
                         .collect::<Vec<_>>()
                         .join("; ")
                 )),

@@ -161,20 +161,22 @@ pub fn publish(stats: &Stats, progress: &Progress) {
     publish_ownership(&ownership);
     let tracked = progress.snapshot();
     for (id, p) in &tracked {
-        let (source, partition) = (id.role(), id.partition.to_string());
-        gauge!("tidemark_backlog_age_seconds", "source" => source, "partition" => partition.clone())
-            .set(p.backlog_age_s);
-        if let Some(lag) = p.lag() {
-            gauge!("tidemark_consumer_lag_records", "source" => source, "partition" => partition).set(lag as f64);
-        }
+        partition_backlog(*id, p.backlog_age_s, p.lag());
     }
     // A partition revoked from this pod keeps its series (the registry cannot drop one), at 0:
     // its backlog is its new owner's to report, and a stale age or lag here would fire
     // TidemarkBacklogAgeHigh for a backlog nobody has.
     for (id, _) in ownership.partitions().filter(|(id, owned)| !owned && !tracked.contains_key(id)) {
-        let (source, partition) = (id.role(), id.partition.to_string());
-        gauge!("tidemark_backlog_age_seconds", "source" => source, "partition" => partition.clone()).set(0.0);
-        gauge!("tidemark_consumer_lag_records", "source" => source, "partition" => partition).set(0.0);
+        partition_backlog(id, 0.0, Some(0));
+    }
+}
+
+/// `tidemark_backlog_age_seconds` and (once known) `tidemark_consumer_lag_records` of a partition.
+fn partition_backlog(id: PartitionId, age_s: f64, lag: Option<i64>) {
+    let (source, partition) = (id.role(), id.partition.to_string());
+    gauge!("tidemark_backlog_age_seconds", "source" => source, "partition" => partition.clone()).set(age_s);
+    if let Some(lag) = lag {
+        gauge!("tidemark_consumer_lag_records", "source" => source, "partition" => partition).set(lag as f64);
     }
 }
 
