@@ -543,7 +543,12 @@ class Failover(Paced):
     survivor's first action for an SKU the killed process had posted (an SKU it owned), → caught
     up (the survivors' per-second p99 < caught_up_ms to the end), and CPU cores per process
     before the kill (from settle to kill; median and max over the processes). A system's own
-    `args` (scenario `systems`) are added to tidemark_args / ks_args."""
+    `args` (scenario `systems`) are added to tidemark_args / ks_args.
+
+    killed_sku_action_delay_max_s: the deadline's view of the failover: the latest append→2xx
+    (the triggering record's append to the endpoint's receipt) over the killed SKUs' actions
+    the survivors post after the kill. kill_second_of_minute: where in the rule's one-minute
+    windows the kill fell."""
 
     def run(self, ctx, system, run_id):
         p = ctx.p
@@ -586,9 +591,15 @@ class Failover(Paced):
                 stop(r.procs[k])
             ev = r.endpoints[victim]
             owned = {sku for t, _, _, sku in ev.snapshot() if t / 1000 < t_kill and sku}
-            first = min((t for k in survivors for t, _, _, sku in r.endpoints[k].snapshot() if t / 1000 > t_kill and sku in owned), default=None)
+            after = [(t, src) for k in survivors for t, _, src, sku in r.endpoints[k].snapshot() if t / 1000 > t_kill and sku in owned]
+            first = min((t for t, _ in after), default=None)
+            # The deadline's view: how late a killed SKU's action came, counted from the append
+            # of the record that triggered it (append→2xx), over every such action.
+            delays = [(t - src) / 1000 for t, src in after if src]
             m = {"posts": sum(len(e.posts) for e in eps), "skus_of_killed": len(owned),
+                 "kill_second_of_minute": round(t_kill % 60, 1),
                  "first_action_of_killed_sku_s": round(first / 1000 - t_kill, 2) if first else None,
+                 "killed_sku_action_delay_max_s": round(max(delays), 2) if delays else None,
                  "outputs_ok": bool(owned), "outputs_problem": "the killed process had posted no action before the kill"}
             if cpu:
                 m["cpu_cores_per_process_median"] = round(median(list(cpu.values())), 3)

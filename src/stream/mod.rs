@@ -345,6 +345,9 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
     let mut cfg = opts.settings.log_reader_config(&opts.group_id);
     cfg.set("statistics.interval.ms", STATS_EVERY_MS)
         .set("session.timeout.ms", opts.session_timeout.as_millis().to_string())
+        // A survivor learns of a rebalance from its next heartbeat's answer: librdkafka's 3 s
+        // default costs a failover up to 3 s per round with a 6 s session (docs/operations.md).
+        .set("heartbeat.interval.ms", rebalance::heartbeat_interval(opts.session_timeout).as_millis().to_string())
         // A hand-over export runs between two polls (right after the rebalance callback);
         // snapshot imports run on their own threads, but a revocation waits for one under way: as long as a restore may take before liveness fails
         // (`MAX_RESTORE_SILENCE_MS`), not the default 5 minutes, or the group takes the

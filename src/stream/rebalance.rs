@@ -254,3 +254,34 @@ impl Runner {
         Ok(())
     }
 }
+
+/// The consumer's `heartbeat.interval.ms` for a session timeout: a tenth of it, between
+/// 100 ms and librdkafka's default 3 s. After a member dies, the broker ends its session and
+/// starts a rebalance, and each survivor hears of it only in the answer to its next
+/// heartbeat; every round of a failover (a cooperative rebalance that moves partitions
+/// between survivors takes two) waits for the slowest survivor's heartbeat. With the 3 s
+/// default and a 6 s session that was up to half the session again per round.
+pub(super) fn heartbeat_interval(session_timeout: Duration) -> Duration {
+    (session_timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_session_heartbeats_ten_times_within_it() {
+        assert_eq!(heartbeat_interval(Duration::from_secs(6)), Duration::from_millis(600));
+    }
+
+    #[test]
+    fn the_default_session_keeps_librdkafkas_three_second_heartbeat() {
+        assert_eq!(heartbeat_interval(Duration::from_secs(30)), Duration::from_secs(3));
+        assert_eq!(heartbeat_interval(Duration::from_secs(1800)), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_tiny_session_still_heartbeats_no_more_often_than_every_100_ms() {
+        assert_eq!(heartbeat_interval(Duration::from_millis(500)), Duration::from_millis(100));
+    }
+}
