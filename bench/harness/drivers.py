@@ -548,7 +548,17 @@ class Failover(Paced):
     killed_sku_action_delay_max_s: the deadline's view of the failover: the latest append→2xx
     (the triggering record's append to the endpoint's receipt) over the killed SKUs' actions
     the survivors post after the kill. kill_second_of_minute: where in the rule's one-minute
-    windows the kill fell."""
+    windows the kill fell.
+
+    kill_second (default -1: whenever pre_s ends): the kill lands at that second of a minute.
+    A velocity rule's actions come in bursts: in each one-minute window an SKU fires once,
+    when its units pass min_units, most in the window's first half; by its last ~15 s nearly
+    every SKU has fired and nothing is due. A failover that ends there has no action to take
+    until the next window's burst: 2026-12-07, c70ad42, a kill at second 46 gave a "first
+    action" 14.1 s after it while every killed SKU's action posted after the kill came within
+    0.61 s of its triggering append (no action waited for the failover). Killed at second 10
+    the survivors take over at ~17, inside the burst, so the first action measures the
+    failover, not the phase."""
 
     def run(self, ctx, system, run_id):
         p = ctx.p
@@ -568,6 +578,12 @@ class Failover(Paced):
             if r.kind == "tidemark":
                 wait_owned(r, p.get("settle_s", 10) + 60)
             time.sleep(p.get("settle_s", 10))
+            phase = p.get("kill_second", -1)
+            if phase >= 0:
+                # The input starts so that the kill lands at that second of a minute (the
+                # rule's windows are minutes of event time, which paced input keeps at the
+                # wall clock); see the docstring.
+                time.sleep((phase - (time.time() + kill_at)) % 60)
             r.sample(1)
             t_gen = time.time()
             g = tm(ctx).gen(ctx.broker.bootstrap, r.tag, int(base * secs), base, seed=11, paced=True, event_bytes=p.get("event_bytes", 256), skus=p.get("skus"))
