@@ -554,11 +554,8 @@ class Failover(Paced):
     A velocity rule's actions come in bursts: in each one-minute window an SKU fires once,
     when its units pass min_units, most in the window's first half; by its last ~15 s nearly
     every SKU has fired and nothing is due. A failover that ends there has no action to take
-    until the next window's burst: 2026-12-07, c70ad42, a kill at second 46 gave a "first
-    action" 14.1 s after it while every killed SKU's action posted after the kill came within
-    0.61 s of its triggering append (no action waited for the failover). Killed at second 10
-    the survivors take over at ~17, inside the burst, so the first action measures the
-    failover, not the phase."""
+    until the next window's burst, and its "first action" measures the phase (bench/README.md,
+    failover-3). Killed at second 10 the survivors take over at ~17, inside the burst."""
 
     def run(self, ctx, system, run_id):
         p = ctx.p
