@@ -45,23 +45,31 @@ impl Restorer {
         self
     }
 
-    /// Whether the newest snapshot of `id` (of this topic) is ahead of what `store` holds by
-    /// more than the replay allowance: a listing and a checkpoint read, no import. The
-    /// rebalance callback asks this; the import itself runs off it (`tasks::imports`).
-    pub fn is_ahead(&self, store: &Store, id: PartitionId) -> bool {
-        let Ok(local) = store.checkpoint(id).map(|c| c.map(|c| c.next_offset)) else { return false };
+    /// The offset the newest snapshot of `id` (of this topic) resumes from, when it is ahead
+    /// of what `store` holds by more than the replay allowance: a listing and a checkpoint
+    /// read, no import. The rebalance callback asks this and positions the partition there
+    /// (the import itself runs off the callback, `tasks::imports`); the state imported later
+    /// resumes at or after it (the manifest's checkpoint is read before the export's files).
+    pub fn ahead_at(&self, store: &Store, id: PartitionId) -> Option<i64> {
+        let local = store.checkpoint(id).map(|c| c.map(|c| c.next_offset)).ok()?;
         let candidates = match self.cfg.layout().list(id, ATTEMPTS) {
             Ok(c) => c,
             Err(e) => {
                 telemetry::snapshots::failed(e.op(Op::List));
                 warn!(partition = %id, error = %e, "cannot list snapshots; the partition goes on from its local state");
-                return false;
+                return None;
             }
         };
         let topic = self.cfg.topic_of(id);
-        candidates.iter().take(ATTEMPTS).find(|f| f.manifest.topic == topic).is_some_and(|f| {
-            local.is_none_or(|l| l.saturating_add(self.replay_within) < f.manifest.export.checkpoint.next_offset)
-        })
+        let next = candidates
+            .iter()
+            .take(ATTEMPTS)
+            .find(|f| f.manifest.topic == topic)?
+            .manifest
+            .export
+            .checkpoint
+            .next_offset;
+        local.is_none_or(|l| l.saturating_add(self.replay_within) < next).then_some(next)
     }
 
     /// Imports the newest snapshot of `id` into `store` when it is ahead of what the store
@@ -186,9 +194,9 @@ mod tests {
         let b = store(b_dir.path());
         assert!(restorer("other.orders").restore_if_ahead(&b, p).is_none(), "another topic's snapshot");
         assert_eq!(b.checkpoint(p).unwrap(), None);
-        assert!(restorer("shop.orders").is_ahead(&b, p), "an empty store is behind");
+        assert_eq!(restorer("shop.orders").ahead_at(&b, p), Some(42), "an empty store is behind");
         assert!(restorer("shop.orders").restore_if_ahead(&b, p).is_some());
-        assert!(!restorer("shop.orders").is_ahead(&b, p), "imported: no longer ahead");
+        assert_eq!(restorer("shop.orders").ahead_at(&b, p), None, "imported: no longer ahead");
         assert_eq!(b.checkpoint(p).unwrap().map(|c| c.next_offset), Some(42));
         assert!(restorer("shop.orders").restore_if_ahead(&b, p).is_none(), "already there");
 

@@ -213,9 +213,11 @@ impl Runner {
         Ok(())
     }
 
-    /// After an import: the partition was assigned at its local checkpoint, its task starts
-    /// at the imported one. Records below it would be dropped anyway (`Ingested::counted`);
-    /// the seek only saves reading them.
+    /// After an import: the partition was assigned (paused) at the snapshot's offset, its
+    /// task starts at the imported checkpoint: the same or a little later (the files hold at
+    /// least what the manifest says), earlier only when the import failed and an older
+    /// snapshot or the local state was kept. The fetch position is an absolute offset here,
+    /// so the seek is applied as asked (see `Assignment::position_at_checkpoints`).
     fn seek_to_checkpoint(&self, consumer: &Consumer_, id: PartitionId) {
         let Some(next) = self.tasks.get(id).map(Task::next_offset) else { return };
         let offset = if next > 0 { Offset::Offset(next) } else { Offset::Beginning };

@@ -107,7 +107,9 @@ impl Assignment {
     /// Sets every partition's fetch position to its local checkpoint (the log start without
     /// one) and reads the audit topic for the SKU partitions among them. Returns those whose
     /// newest snapshot is ahead of the local state (with snapshots on): they are imported off
-    /// the callback, assigned paused until then; their audit read follows their import.
+    /// the callback, assigned paused until then at the snapshot's offset (the stream thread
+    /// moves them to the imported checkpoint, at or after it); their audit read follows
+    /// their import.
     pub fn position_at_checkpoints(&self, tpl: &mut TopicPartitionList) -> Vec<PartitionId> {
         let elements: Vec<(String, i32)> =
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
@@ -117,22 +119,29 @@ impl Assignment {
         let mut importing = Vec::new();
         for (topic, partition) in elements {
             let Some(id) = self.sources.id(&topic, partition) else { continue };
-            if self.snapshots.as_ref().is_some_and(|s| s.is_ahead(&self.store, id)) {
+            let snapshot_at = self.snapshots.as_ref().and_then(|s| s.ahead_at(&self.store, id));
+            if snapshot_at.is_some() {
                 self.lifecycle.note(id, State::Importing);
                 importing.push(id);
             }
             let checkpoint = self.store.checkpoint(id);
-            let imported_later = importing.last() == Some(&id);
-            if id.source == PartitionId::SKU_REPARTITION && self.recall.is_some() && !imported_later {
+            // An imported partition's audit read follows its import.
+            if id.source == PartitionId::SKU_REPARTITION && self.recall.is_some() && snapshot_at.is_none() {
                 self.lifecycle.note(id, State::Recalling);
                 if let Ok(c) = &checkpoint {
                     sku_resumed.push((partition, crate::actions::recall_since(c.as_ref())));
                 }
             }
-            let offset = match checkpoint {
-                Ok(Some(c)) => Offset::Offset(c.next_offset),
-                Ok(None) => Offset::Beginning,
-                Err(e) => {
+            // An imported partition waits where its import will resume, never at a logical
+            // offset: librdkafka resolves one with a lookup that, answered after the seek
+            // that follows the import, starts over and overrides the seek (the partition is
+            // then read from its log start and every record dropped below the checkpoint:
+            // seconds per 100k records, seen as a SKU partition's actions ~10 s late).
+            let offset = match (snapshot_at, checkpoint) {
+                (Some(next), _) => Offset::Offset(next),
+                (None, Ok(Some(c))) => Offset::Offset(c.next_offset),
+                (None, Ok(None)) => Offset::Beginning,
+                (None, Err(e)) => {
                     // Without a readable checkpoint the partition cannot be processed safely;
                     // the stream thread sees the task fail to restore and stops the process.
                     error!(partition = %id, error = %e, "cannot read checkpoint");
@@ -225,5 +234,66 @@ impl Assignment {
                 _ => None,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::export::Exporter;
+    use crate::snapshot::{Bucket, Restorer, SnapshotConfig};
+    use tidemark_state::{Checkpoint, StoreOptions};
+
+    fn store(dir: &std::path::Path) -> Store {
+        Store::open(dir, &StoreOptions { owner: "t/g".into(), ..StoreOptions::default() }).expect("store")
+    }
+
+    fn checkpointed(store: &Store, id: PartitionId, next_offset: i64) {
+        let mut batch = store.batch();
+        batch.put_checkpoint(id, &Checkpoint { next_offset, ..Checkpoint::default() }).expect("checkpoint");
+        store.commit_staged(batch.stage()).expect("commit");
+    }
+
+    #[test]
+    fn a_partition_to_import_is_assigned_at_its_snapshots_offset_and_never_at_the_log_start() {
+        let (snapshots, old_owner, here) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let topics = ["shop.orders", "inventory", "sku", "combine"].map(String::from).to_vec();
+        let cfg = SnapshotConfig {
+            bucket: Arc::new(Bucket::open(&snapshots.path().display().to_string()).unwrap()),
+            interval: std::time::Duration::from_secs(60),
+            keep: 2,
+            topology: "t".into(),
+            group: "g".into(),
+            topics: Sources::from_topics(topics.clone()),
+        };
+        let (moved, local, fresh) = (PartitionId::orders(2), PartitionId::orders(1), PartitionId::orders(0));
+        let old = store(old_owner.path());
+        checkpointed(&old, moved, 4_200);
+        let exporter = Exporter { cfg: cfg.clone(), taken_by: "tm-0".into() };
+        assert!(exporter.export_one(&old, &old.consistent_point(), moved, None).unwrap().is_some());
+        let store = Arc::new(store(here.path()));
+        checkpointed(&store, local, 17);
+
+        let assignment = Assignment::new(
+            Arc::clone(&store),
+            Sources::from_topics(topics),
+            Some(Arc::new(Restorer::new(&cfg))),
+            None,
+            None,
+            Arc::new(Lifecycle::default()),
+        );
+        let mut tpl = TopicPartitionList::new();
+        for p in [0, 1, 2] {
+            tpl.add_partition("shop.orders", p);
+        }
+        let importing = assignment.position_at_checkpoints(&mut tpl);
+
+        assert_eq!(importing, vec![moved]);
+        let at = |p: i32| tpl.find_partition("shop.orders", p).map(|e| e.offset());
+        assert_eq!(at(moved.partition), Some(Offset::Offset(4_200)), "where the import resumes");
+        assert_eq!(at(local.partition), Some(Offset::Offset(17)), "its local checkpoint");
+        assert_eq!(at(fresh.partition), Some(Offset::Beginning), "no state anywhere: the log start");
+        assert_eq!(assignment.lifecycle.state(moved), State::Importing);
     }
 }
