@@ -113,12 +113,52 @@ impl Derived {
         codec::decode("repartition record", bytes)
     }
 
+    /// The leading fields of a codec record, without decoding the rest: the SKU task reads
+    /// most repartition records only to learn they were handed over in-process already, and
+    /// this tells it so without allocating the SKU. `None` for the JSON of earlier versions
+    /// or a record cut short or of another version (decode it whole to learn which).
+    pub fn head_of(bytes: &[u8]) -> Option<Head> {
+        if bytes.first() != Some(&codec::VERSION) {
+            return None;
+        }
+        codec::decode("repartition record head", bytes).ok()
+    }
+
+    /// The head [`Derived::head_of`] reads from this record's encoding.
+    pub fn head(&self) -> Head {
+        match self {
+            Derived::Line { lt, idx, .. } => Head::Line { lt: *lt, idx: *idx },
+            Derived::Snapshot { lt, .. } => Head::Snapshot { lt: *lt },
+            Derived::Mark { upstream, bound } => Head::Mark { upstream: *upstream, bound: *bound },
+        }
+    }
+
     /// The position of a data record within its upstream's sequence.
     pub fn seq(&self) -> Option<(i64, u32)> {
         match self {
             Derived::Line { lt, idx, .. } => Some((lt.offset, *idx)),
             Derived::Snapshot { lt, .. } => Some((lt.offset, 0)),
             Derived::Mark { .. } => None,
+        }
+    }
+}
+
+/// What [`Derived::head_of`] reads: the leading fields of each variant of [`Derived`], in its
+/// order (bincode writes the variant's index, then its fields in order, and a decode may end
+/// before the input does). A record's identity and position, never its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Head {
+    Line { lt: LogicalTime, idx: u32 },
+    Snapshot { lt: LogicalTime },
+    Mark { upstream: (u16, i32), bound: LogicalTime },
+}
+
+impl Head {
+    /// The upstream that wrote the record, and its position there (a source offset).
+    pub fn position(&self) -> ((u16, i32), i64) {
+        match self {
+            Head::Mark { upstream, bound } => (*upstream, bound.offset),
+            Head::Line { lt, .. } | Head::Snapshot { lt } => (lt.upstream(), lt.offset),
         }
     }
 }
@@ -207,6 +247,22 @@ mod tests {
         // Pinned: records already in a repartition topic must keep decoding after a change.
         // Version 1, variant 2 (mark), upstream (1, 0), bound (7, 1, 0, 3), zigzag varints.
         assert_eq!(mark().encode(), [1, 2, 1, 0, 14, 1, 0, 6]);
+    }
+
+    #[test]
+    fn the_head_of_a_record_is_its_identity_and_position_without_its_payload() {
+        for d in [line(), snapshot(), mark()] {
+            assert_eq!(Derived::head_of(&d.encode()), Some(d.head()), "{d:?}");
+        }
+        assert_eq!(line().head(), Head::Line { lt: LogicalTime::new(5, 0, 1, 9), idx: 2 });
+        assert_eq!(snapshot().head(), Head::Snapshot { lt: LogicalTime::new(-1, 1, 3, 0) });
+        assert_eq!(line().head().position(), ((0, 1), 9));
+        assert_eq!(mark().head().position(), ((1, 0), 3));
+        assert_eq!(Derived::head_of(br#"{"mark":{"upstream":[1,0],"bound":[7,1,0,3]}}"#), None, "JSON: decoded whole");
+        let mut newer = line().encode();
+        newer[0] = 99;
+        assert_eq!(Derived::head_of(&newer), None, "another version");
+        assert_eq!(Derived::head_of(&line().encode()[..3]), None, "cut short");
     }
 
     #[test]

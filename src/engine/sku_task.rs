@@ -45,7 +45,7 @@ use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::sku::ActionIntent;
 use tidemark_topology::window::WindowPolicy;
 
-use super::derive::Derived;
+use super::derive::{Derived, Head};
 use super::outbox::{OutboxRow, RowState};
 use super::output::{OutputRecord, Sink};
 use super::record::SourceRecord;
@@ -253,6 +253,12 @@ impl SkuTask {
         self.uncommitted = true;
         let value = rec.value.unwrap_or_default();
         let replay = rec.offset < self.read_to;
+        // Most records were handed over in-process already (their echo) or applied before
+        // (a replay): their head says so, and the payload is never decoded.
+        let head = Derived::head_of(value);
+        if head.is_some_and(|h| self.place(h, rec.offset, replay, stats)) {
+            return true;
+        }
         let derived = match Derived::decode(value) {
             Ok(d) => d,
             Err(_) if replay => return true,
@@ -271,53 +277,71 @@ impl SkuTask {
                 return true;
             }
         };
-        // A record an upstream of this process handed over already (its echo) counts for
-        // nothing; reading it tells the task that the log caught up with the hand-over.
-        let echo = self.read_in_log(&derived);
-        match &derived {
-            Derived::Mark { upstream, bound } => {
-                let slot = self.meta.bounds.entry(*upstream).or_insert(*bound);
-                *slot = (*slot).max(*bound);
-            }
-            Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => {
-                let upstream = lt.upstream();
-                let Some(seq) = derived.seq() else { return true };
-                let key = (*lt, seq.1);
-                if let Some(b) = self.buffer.get_mut(&key).filter(|b| b.origin == Origin::Handed) {
-                    b.origin = Origin::Log(rec.offset);
-                    return true;
-                }
-                let applied = self.phases.first().is_some_and(|p| p.has_applied(upstream, seq));
-                if applied || self.buffer.contains_key(&key) {
-                    if !replay && !echo {
-                        Stats::add(&stats.dedup_hits, 1);
-                    }
-                    return true;
-                }
-                // The upstream promised more: its idle bound (clock − idle_skew) was passed by
-                // a record appended later than the skew allowed. The merge still applies it,
-                // but possibly after records with higher logical times.
-                if !replay && self.meta.bounds.get(&upstream).is_some_and(|b| *lt < *b) {
-                    Stats::add(&stats.broken_promises, 1);
-                }
-                let early_done = early_applied(&self.phases, &derived);
-                if !early_done && self.early_from.is_some_and(|from| key < from) {
-                    self.early_from = Some(key);
-                }
-                self.buffer.insert(key, Buffered { derived, origin: Origin::Log(rec.offset), early_done });
-            }
+        // A record of the JSON that earlier versions wrote has no codec head: placed here.
+        if head.is_none() && self.place(derived.head(), rec.offset, replay, stats) {
+            return true;
         }
+        self.buffer_read(derived, rec.offset, replay, stats);
         true
+    }
+
+    /// Places a record read from the log by its head alone, when that is enough: true for a
+    /// mark (its bound raised) and for a line or snapshot this task holds already (one handed
+    /// over in-process, which now counts as read at `offset`; one buffered or applied, a
+    /// duplicate). False for a line or snapshot seen for the first time, which the caller
+    /// decodes and buffers. A record an upstream of this process handed over already (its
+    /// echo) counts for nothing; reading it tells the task that the log caught up with the
+    /// hand-over.
+    fn place(&mut self, head: Head, offset: i64, replay: bool, stats: &Stats) -> bool {
+        let (upstream, position) = head.position();
+        let echo = self.read_in_log(upstream, position);
+        let key = match head {
+            Head::Mark { upstream, bound } => {
+                let slot = self.meta.bounds.entry(upstream).or_insert(bound);
+                *slot = (*slot).max(bound);
+                return true;
+            }
+            Head::Line { lt, idx } => (lt, idx),
+            Head::Snapshot { lt } => (lt, 0),
+        };
+        if let Some(b) = self.buffer.get_mut(&key).filter(|b| b.origin == Origin::Handed) {
+            b.origin = Origin::Log(offset);
+            return true;
+        }
+        let applied = self.phases.first().is_some_and(|p| p.has_applied(upstream, (key.0.offset, key.1)));
+        if applied || self.buffer.contains_key(&key) {
+            if !replay && !echo {
+                Stats::add(&stats.dedup_hits, 1);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Buffers a line or snapshot read from the log at `offset` for the first time, until
+    /// the merge releases it.
+    fn buffer_read(&mut self, derived: Derived, offset: i64, replay: bool, stats: &Stats) {
+        let (Derived::Line { lt, .. } | Derived::Snapshot { lt, .. }) = &derived else { return };
+        let Some(seq) = derived.seq() else { return };
+        let (lt, upstream) = (*lt, lt.upstream());
+        // The upstream promised more: its idle bound (clock − idle_skew) was passed by a
+        // record appended later than the skew allowed. The merge still applies it, but
+        // possibly after records with higher logical times.
+        if !replay && self.meta.bounds.get(&upstream).is_some_and(|b| lt < *b) {
+            Stats::add(&stats.broken_promises, 1);
+        }
+        let key = (lt, seq.1);
+        let early_done = early_applied(&self.phases, &derived);
+        if !early_done && self.early_from.is_some_and(|from| key < from) {
+            self.early_from = Some(key);
+        }
+        self.buffer.insert(key, Buffered { derived, origin: Origin::Log(offset), early_done });
     }
 
     /// Notes a record of the log for the hand-over of its upstream: whether it is one the
     /// upstream handed over already (at or after the position the hand-over began at); the
     /// first such record means everything the upstream sent before has been read.
-    fn read_in_log(&mut self, derived: &Derived) -> bool {
-        let (upstream, position) = match derived {
-            Derived::Mark { upstream, bound } => (*upstream, bound.offset),
-            Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => (lt.upstream(), lt.offset),
-        };
+    fn read_in_log(&mut self, upstream: Upstream, position: i64) -> bool {
         let Some(h) = self.handed.get_mut(&upstream) else { return false };
         let echo = h.since.is_some_and(|since| position >= since);
         h.synced |= echo;
@@ -335,10 +359,7 @@ impl SkuTask {
     /// them. Such a promise lives in memory only (see `handed_bounds`). Call
     /// [`SkuTask::forget_hand_over`] whenever the upstream's task changes hands.
     pub fn hand_over(&mut self, derived: Derived) {
-        let (upstream, position) = match &derived {
-            Derived::Mark { upstream, bound } => (*upstream, bound.offset),
-            Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => (lt.upstream(), lt.offset),
-        };
+        let (upstream, position) = derived.head().position();
         if !self.cfg.upstreams.contains(&upstream) {
             return;
         }
