@@ -84,6 +84,10 @@ struct Pending {
     late: Option<(Option<Vec<u8>>, Vec<u8>, i64)>,
 }
 
+/// First-seen append times by event id, for a batch or the commits in flight. Ids come from
+/// the input: the hasher (foldhash) is randomly seeded, not a fixed function.
+type IdMap<K> = HashMap<K, i64, foldhash::fast::RandomState>;
+
 /// A live aggregate: `dirty` until its state is staged (every finish), `unpublished` until
 /// its row is emitted (a finish that publishes, or the one that expires it).
 struct Entry<A> {
@@ -104,12 +108,12 @@ pub struct OrdersTask {
     uncommitted: bool,
     /// Ids applied by earlier [`OrdersTask::finish`] calls whose batch is not committed
     /// yet; `Some` only when several finishes share one commit (micro-batch slices).
-    held_dedup: Option<HashMap<String, i64>>,
+    held_dedup: Option<IdMap<String>>,
     /// The ids the last [`OrdersTask::finish`] put, with their append times: the stream
     /// thread finishes a batch while the one before it is still being written (the store
     /// cannot answer for those ids yet), and one batch at most is in flight. Replaced by
     /// every finish; the strings are the events' own, moved, not copied.
-    in_flight_dedup: HashMap<String, i64>,
+    in_flight_dedup: IdMap<String>,
     /// Indexes of the pending events a finish put (reused).
     put: Vec<usize>,
     /// Whether the next finish emits the rows of changed aggregates ([`OrdersTask::publish`]).
@@ -155,7 +159,7 @@ impl OrdersTask {
             days,
             uncommitted: false,
             held_dedup: None,
-            in_flight_dedup: HashMap::new(),
+            in_flight_dedup: IdMap::default(),
             put: Vec::new(),
         })
     }
@@ -273,7 +277,7 @@ impl OrdersTask {
         let mut pending = std::mem::take(&mut self.pending);
         let ids: Vec<&str> = pending.iter().map(|p| p.event.event_id.as_str()).collect();
         let stored = store.dedup_lookup(self.id, &ids)?;
-        let mut seen_now: HashMap<&str, i64> = HashMap::with_capacity(pending.len());
+        let mut seen_now: IdMap<&str> = IdMap::with_capacity_and_hasher(pending.len(), Default::default());
         let size_ms = self.cfg.window.size_ms;
         let mut put = std::mem::take(&mut self.put);
         put.clear();
@@ -439,7 +443,7 @@ impl OrdersTask {
     /// micro-batch slice): ids applied by an earlier call are remembered in memory until
     /// [`OrdersTask::release_held`], since the store cannot see them before the commit.
     pub fn hold_dedup_until_commit(&mut self) {
-        self.held_dedup.get_or_insert_with(HashMap::new);
+        self.held_dedup.get_or_insert_with(IdMap::default);
     }
 
     /// After the shared batch is committed: the store now answers for the held ids.

@@ -25,8 +25,8 @@ pub(super) fn parse_object<'a, T: Deserialize<'a>>(value: Option<&'a [u8]>) -> R
         Some([]) => return Err(not_json("empty value".into())),
         Some(bytes) => bytes,
     };
-    let text =
-        std::str::from_utf8(bytes).map_err(|e| not_json(format!("invalid UTF-8 at byte {}", e.valid_up_to())))?;
+    let text = simdutf8::compat::from_utf8(bytes)
+        .map_err(|e| not_json(format!("invalid UTF-8 at byte {}", e.valid_up_to())))?;
     if let Some(at) = too_deep(bytes) {
         return Err(not_json(format!("nested deeper than {MAX_NESTING_DEPTH} levels at byte {at}")));
     }
