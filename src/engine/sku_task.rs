@@ -54,6 +54,16 @@ use super::stats::Stats;
 
 type BufferKey = (LogicalTime, u32);
 
+/// Where a line or snapshot waits in the merge buffer: its logical time, then its index in
+/// its event (0 for a snapshot). `None` for a mark, which is never buffered.
+fn buffer_key(head: Head) -> Option<BufferKey> {
+    match head {
+        Head::Line { lt, idx } => Some((lt, idx)),
+        Head::Snapshot { lt } => Some((lt, 0)),
+        Head::Mark { .. } => None,
+    }
+}
+
 /// Where a buffered record came from, and so how a restart finds it again.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Origin {
@@ -295,21 +305,17 @@ impl SkuTask {
     fn place(&mut self, head: Head, offset: i64, replay: bool, stats: &Stats) -> bool {
         let (upstream, position) = head.position();
         let echo = self.read_in_log(upstream, position);
-        let key = match head {
-            Head::Mark { upstream, bound } => {
-                let slot = self.meta.bounds.entry(upstream).or_insert(bound);
-                *slot = (*slot).max(bound);
-                return true;
-            }
-            Head::Line { lt, idx } => (lt, idx),
-            Head::Snapshot { lt } => (lt, 0),
-        };
+        if let Head::Mark { upstream, bound } = head {
+            let slot = self.meta.bounds.entry(upstream).or_insert(bound);
+            *slot = (*slot).max(bound);
+            return true;
+        }
+        let Some(key) = buffer_key(head) else { return true };
         if let Some(b) = self.buffer.get_mut(&key).filter(|b| b.origin == Origin::Handed) {
             b.origin = Origin::Log(offset);
             return true;
         }
-        let applied = self.phases.first().is_some_and(|p| p.has_applied(upstream, (key.0.offset, key.1)));
-        if applied || self.buffer.contains_key(&key) {
+        if self.holds(key) {
             if !replay && !echo {
                 Stats::add(&stats.dedup_hits, 1);
             }
@@ -321,21 +327,33 @@ impl SkuTask {
     /// Buffers a line or snapshot read from the log at `offset` for the first time, until
     /// the merge releases it.
     fn buffer_read(&mut self, derived: Derived, offset: i64, replay: bool, stats: &Stats) {
-        let (Derived::Line { lt, .. } | Derived::Snapshot { lt, .. }) = &derived else { return };
-        let Some(seq) = derived.seq() else { return };
-        let (lt, upstream) = (*lt, lt.upstream());
+        let Some(key) = buffer_key(derived.head()) else { return };
+        let (lt, upstream) = (key.0, key.0.upstream());
         // The upstream promised more: its idle bound (clock − idle_skew) was passed by a
         // record appended later than the skew allowed. The merge still applies it, but
         // possibly after records with higher logical times.
         if !replay && self.meta.bounds.get(&upstream).is_some_and(|b| lt < *b) {
             Stats::add(&stats.broken_promises, 1);
         }
-        let key = (lt, seq.1);
+        self.buffer_insert(key, derived, Origin::Log(offset));
+    }
+
+    /// Whether the line or snapshot at `key` is here already: applied by the first phase or
+    /// waiting in the buffer.
+    fn holds(&self, key: BufferKey) -> bool {
+        let (lt, idx) = key;
+        self.phases.first().is_some_and(|p| p.has_applied(lt.upstream(), (lt.offset, idx)))
+            || self.buffer.contains_key(&key)
+    }
+
+    /// Puts a line or snapshot into the merge buffer; one the window phase has not applied
+    /// yet moves its next look back to it.
+    fn buffer_insert(&mut self, key: BufferKey, derived: Derived, origin: Origin) {
         let early_done = early_applied(&self.phases, &derived);
         if !early_done && self.early_from.is_some_and(|from| key < from) {
             self.early_from = Some(key);
         }
-        self.buffer.insert(key, Buffered { derived, origin: Origin::Log(offset), early_done });
+        self.buffer.insert(key, Buffered { derived, origin, early_done });
     }
 
     /// Notes a record of the log for the hand-over of its upstream: whether it is one the
@@ -375,18 +393,12 @@ impl SkuTask {
                     self.uncommitted = true;
                 }
             }
-            Derived::Line { lt, .. } | Derived::Snapshot { lt, .. } => {
-                let Some(seq) = derived.seq() else { return };
-                let key = (*lt, seq.1);
-                let applied = self.phases.first().is_some_and(|p| p.has_applied(upstream, seq));
-                if applied || self.buffer.contains_key(&key) {
+            Derived::Line { .. } | Derived::Snapshot { .. } => {
+                let Some(key) = buffer_key(derived.head()) else { return };
+                if self.holds(key) {
                     return;
                 }
-                let early_done = early_applied(&self.phases, &derived);
-                if !early_done && self.early_from.is_some_and(|from| key < from) {
-                    self.early_from = Some(key);
-                }
-                self.buffer.insert(key, Buffered { derived, origin: Origin::Handed, early_done });
+                self.buffer_insert(key, derived, Origin::Handed);
                 self.uncommitted = true;
             }
         }
