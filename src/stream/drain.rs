@@ -13,7 +13,8 @@
 //!    upstream tasks' positions; a combine task's rows are then written and acknowledged
 //!    by the commit that consumed them. A look stays valid while those positions
 //!    stay the same, i.e. nothing was derived since (upstream positions count the records
-//!    applied, so fences a fencing process appends meanwhile do not move them). Progress marks appended after the look
+//!    applied, so fences a fencing process appends meanwhile do not move them), and a new
+//!    one is taken only when it no longer holds. Progress marks appended after the look
 //!    are not waited for: with nothing buffered they release nothing, and a caught-up
 //!    upstream writes a new one every commit, so a look at the newest would never be reached;
 //! 5. no outbox row of an owned SKU partition is still `Pending` (rows a full hand-over
@@ -95,11 +96,18 @@ struct Look {
 }
 
 impl Look {
-    /// Every record the look saw was consumed (`internal`: next offset per SKU and combine
-    /// partition), and no upstream task moved since, so nothing was derived after it.
-    fn reached(&self, upstream: &BTreeMap<PartitionId, i64>, internal: &BTreeMap<PartitionId, i64>) -> bool {
+    /// No upstream task moved since the look and the internal partitions are the same, so
+    /// nothing was derived after it: its ends are still the whole of what there is to read.
+    fn holds(&self, upstream: &BTreeMap<PartitionId, i64>, internal: &BTreeMap<PartitionId, i64>) -> bool {
         self.upstream == *upstream
             && self.ends.len() == internal.len()
+            && internal.keys().all(|p| self.ends.contains_key(p))
+    }
+
+    /// The look holds and every record it saw was consumed (`internal`: next offset per SKU
+    /// and combine partition).
+    fn reached(&self, upstream: &BTreeMap<PartitionId, i64>, internal: &BTreeMap<PartitionId, i64>) -> bool {
+        self.holds(upstream, internal)
             && internal.iter().all(|(p, next)| self.ends.get(p).is_some_and(|end| next >= end))
     }
 }
@@ -151,9 +159,17 @@ impl Runner {
         // The batch in flight: then its outputs are acknowledged and its rows handed over.
         self.complete(consumer)?;
         let (upstream, internal) = self.positions();
-        if !self.drain.look.as_ref().is_some_and(|l| l.reached(&upstream, &internal)) {
-            self.drain.look = self.look(consumer, upstream, &internal);
-            return Ok(false);
+        match &self.drain.look {
+            Some(l) if l.reached(&upstream, &internal) => {}
+            // Still behind a look that holds: wait for the tasks to read up to it. A new look
+            // costs a round trip to the broker per internal partition, on the stream thread:
+            // taken at every commit, it held the commits ~400 ms apart while the SKU
+            // partitions were read behind the orders (a drain's last ~25 s of 34).
+            Some(l) if l.holds(&upstream, &internal) => return Ok(false),
+            _ => {
+                self.drain.look = self.look(consumer, upstream, &internal);
+                return Ok(false);
+            }
         }
         let Some(backlog) = backlog else { return Ok(true) };
         // Empty before and after the scan: a row settling meanwhile was counted throughout.
@@ -263,6 +279,20 @@ mod tests {
         assert!(
             !l.reached(&up(&[(0, 100), (1, 50)]), &with_combine(sku(&[(0, 10), (1, 7)]), 19)),
             "the combine partition short of its end"
+        );
+    }
+
+    #[test]
+    fn a_look_still_holds_while_the_tasks_read_up_to_it_and_no_upstream_moved() {
+        let l = look();
+        let behind = with_combine(sku(&[(0, 3), (1, 0)]), 5);
+        assert!(l.holds(&up(&[(0, 100), (1, 50)]), &behind), "behind it: kept, no new look");
+        assert!(!l.reached(&up(&[(0, 100), (1, 50)]), &behind));
+        assert!(!l.holds(&up(&[(0, 100), (1, 51)]), &behind), "upstream derived more since: a new look");
+        assert!(!l.holds(&up(&[(0, 100), (1, 50)]), &sku(&[(0, 3), (1, 0)])), "the combine partition went away");
+        assert!(
+            !l.holds(&up(&[(0, 100), (1, 50)]), &with_combine(sku(&[(0, 3), (2, 0)]), 5)),
+            "another SKU partition instead of partition 1"
         );
     }
 
