@@ -214,7 +214,14 @@ impl CombineTask {
             let Some(value) = value.transpose().map_err(|e| encode_err("combined row", e))? else { continue };
             let stored = serde_json::to_vec(entry).map_err(|e| encode_err("combine entry", e))?;
             batch.put_aggregate(self.id, Namespace::Combine, &key, &stored);
-            out.push(OutputRecord { sink, key: Some(key[1..].to_vec()), value, headers: Vec::new(), partition: None });
+            out.push(OutputRecord {
+                sink,
+                key: Some(key[1..].to_vec()),
+                value,
+                headers: Vec::new(),
+                partition: None,
+                handed: None,
+            });
         }
         while let Some((start, key)) = self.by_expiry.first().cloned() {
             if !self.progress.expired(self.cfg.upstreams, &self.cfg.window, start) {

@@ -55,6 +55,7 @@ impl Forwarder {
                 value,
                 headers: Vec::new(),
                 partition: Some(partition),
+                handed: None,
             });
         }
     }
@@ -81,6 +82,7 @@ impl Forwarder {
                     value: value.clone(),
                     headers: Vec::new(),
                     partition: Some(p),
+                    handed: None,
                 });
             }
         }
@@ -107,6 +109,7 @@ mod tests {
             value: b"{\"v\":1}".to_vec(),
             headers: Vec::new(),
             partition: None,
+            handed: None,
         };
         let mut out = vec![
             partial(Sink::Dashboard, "w|s|JPY|p0"),

@@ -75,13 +75,8 @@ impl InventoryTask {
                     as_of_ms: s.as_of_ms,
                     append_ms: rec.append_ms,
                 };
-                out.push(OutputRecord {
-                    sink: Sink::Repartition,
-                    key: Some(s.sku.as_bytes().to_vec()),
-                    value: d.encode(),
-                    headers: Vec::new(),
-                    partition: Some(sku_partition(&s.sku, self.sku_partitions)),
-                });
+                let partition = sku_partition(&s.sku, self.sku_partitions);
+                out.push(OutputRecord::derived(d, Some(s.sku.as_bytes().to_vec()), partition));
             }
             Err(rejection) => {
                 stats.dead_lettered(rejection.reason);

@@ -362,6 +362,7 @@ impl OrdersTask {
                 value: dashboard::record_bytes(key, self.id.partition, &entry.agg, size_ms),
                 headers: Vec::new(),
                 partition: None,
+                handed: None,
             });
         }
 
@@ -382,6 +383,7 @@ impl OrdersTask {
                 value: ProvisionalRecord::new(key, self.id.partition, &entry.agg).to_bytes(),
                 headers: Vec::new(),
                 partition: None,
+                handed: None,
             });
         }
 
@@ -429,13 +431,8 @@ impl OrdersTask {
                 event_ms: p.event.event_time_ms,
                 append_ms: p.append_ms,
             };
-            out.push(OutputRecord {
-                sink: Sink::Repartition,
-                key: Some(line.sku.as_bytes().to_vec()),
-                value: d.encode(),
-                headers: Vec::new(),
-                partition: Some(sku_partition(&line.sku, self.cfg.sku_partitions)),
-            });
+            let partition = sku_partition(&line.sku, self.cfg.sku_partitions);
+            out.push(OutputRecord::derived(d, Some(line.sku.as_bytes().to_vec()), partition));
         }
     }
 

@@ -1,5 +1,7 @@
 //! Records the engine asks the runtime to write to output topics.
 
+use super::derive::Derived;
+
 /// Which configured sink a record goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Sink {
@@ -96,9 +98,26 @@ pub struct OutputRecord {
     pub headers: Vec<(&'static str, String)>,
     /// Explicit partition; `None` lets the producer's partitioner choose by key.
     pub partition: Option<i32>,
+    /// A SKU repartition record as its upstream task made it ([`OutputRecord::derived`]):
+    /// a SKU task of the same process takes it from here instead of decoding `value`
+    /// ([`crate::tasks::TaskSet::finish`]). Never sent: `value` is what the log gets.
+    pub handed: Option<Derived>,
 }
 
 impl OutputRecord {
+    /// A line, snapshot or mark for SKU partition `partition`: `value` is its encoding, and
+    /// the record itself rides along for the in-process hand-over.
+    pub fn derived(derived: Derived, key: Option<Vec<u8>>, partition: i32) -> Self {
+        OutputRecord {
+            sink: Sink::Repartition,
+            key,
+            value: derived.encode(),
+            headers: Vec::new(),
+            partition: Some(partition),
+            handed: Some(derived),
+        }
+    }
+
     /// A rejected or too-late source record: its original key and bytes, and where it came
     /// from, so nothing is lost and it can be replayed or audited.
     pub fn side_output(
@@ -123,6 +142,7 @@ impl OutputRecord {
                 (headers::SOURCE_APPEND_MS, append_ms.to_string()),
             ],
             partition: None,
+            handed: None,
         }
     }
 }

@@ -442,7 +442,7 @@ impl TaskSet {
         if self.hand_over {
             // All of `out`: an inventory task emits its snapshots while it ingests, and a
             // mark must never reach a SKU task ahead of a record its upstream sent before it.
-            self.hand_over(st.out);
+            self.hand_over(&mut st.out[..]);
         }
         self.finish_step(&mut st, false)?;
         self.combine.forward(st.out, from);
@@ -452,15 +452,21 @@ impl TaskSet {
         Ok(st.finished)
     }
 
-    /// Hands every repartition record in `outputs` whose SKU partition has a task here to it.
-    fn hand_over(&mut self, outputs: &[OutputRecord]) {
+    /// Hands every repartition record in `outputs` whose SKU partition has a task here to it
+    /// (the record its upstream made, [`OutputRecord::handed`]; the log gets the encoding).
+    fn hand_over(&mut self, outputs: &mut [OutputRecord]) {
         for r in outputs {
             let (Sink::Repartition, Some(p)) = (r.sink, r.partition) else { continue };
             let Some(Task::Sku(task)) = self.tasks.get_mut(&PartitionId::sku(p)) else { continue };
-            // Only tidemark writes these; one it cannot read goes by the log, where the SKU
-            // task dead-letters it.
-            if let Ok(derived) = Derived::decode(&r.value) {
-                task.hand_over(derived);
+            match r.handed.take() {
+                Some(derived) => task.hand_over(derived),
+                // Only tidemark writes these; one it cannot read goes by the log, where the
+                // SKU task dead-letters it.
+                None => {
+                    if let Ok(derived) = Derived::decode(&r.value) {
+                        task.hand_over(derived);
+                    }
+                }
             }
         }
     }
@@ -547,15 +553,8 @@ impl TaskSet {
                 continue;
             }
             self.last_marks.insert(*id, *bound);
-            let value = mark.encode();
             for p in 0..sku_partitions {
-                out.push(OutputRecord {
-                    sink: Sink::Repartition,
-                    key: None,
-                    value: value.clone(),
-                    headers: Vec::new(),
-                    partition: Some(p),
-                });
+                out.push(OutputRecord::derived(mark.clone(), None, p));
             }
         }
     }
