@@ -91,8 +91,10 @@ def run_scenario(name, args, smoke, broker=None, tidemark=None):
             "raw": os.path.relpath(ctx.raw, ROOT),
         }
         dest = ctx.raw if (smoke or args.no_save) else RESULTS
-        jpath = os.path.join(dest, f"{name}.json")
-        ppath = plot(sc, runs, driver.series(ctx, runs), os.path.join(dest, f"{name}.png"))
+        # A comparison with another revision is not the scenario's figure: its own file.
+        stem = f"{name}-against-{sc['against']}" if sc.get("against") else name
+        jpath = os.path.join(dest, f"{stem}.json")
+        ppath = plot(sc, runs, driver.series(ctx, runs), os.path.join(dest, f"{stem}.png"))
         summary["plot"] = os.path.relpath(ppath, ROOT) if ppath else None
         write_json(jpath, summary)
         log(f"scenario {name}: summary {os.path.relpath(jpath, ROOT)}" + (f", plot {summary['plot']}" if ppath else " (no plot: matplotlib missing)"))
@@ -118,6 +120,7 @@ def against(sc, rev):
         raise BenchError(f"--against {rev}: not a revision of {ROOT}")
     b = {"name": f"tidemark@{short}", "system": "tidemark", "rev": short}
     sc["systems"] = [sc["systems"][0], b]
+    sc["against"] = short
     sc["targets"] = [t for t in sc["targets"] if t["system"] == sc["systems"][0]["name"]]
 
 
