@@ -12,7 +12,7 @@ use rocksdb::WriteBatch;
 use crate::codec;
 use crate::outbox::OutboxIndex;
 use crate::parts::{self, PartCf, TAG_CHECKPOINT, TAG_OUTBOX};
-use crate::store::{aggregate_key, dedup_key};
+use crate::store::{aggregate_key, dedup_key, DEDUP_KEY_LEN};
 use crate::{Checkpoint, Namespace, PartitionId, StateError, Store};
 
 pub struct CommitBatch<'a> {
@@ -24,11 +24,30 @@ pub struct CommitBatch<'a> {
     /// A partition's column family that could not be created: the batch fails as a whole
     /// when it is committed or staged.
     failed: Option<StateError>,
+    /// Dedup entries, written to `batch` in key order when it is written ([`Dedups`]).
+    dedups: Dedups,
+}
+
+/// A batch's dedup entries: (column family index, key, value).
+type Dedups = Vec<(usize, [u8; DEDUP_KEY_LEN], [u8; 8])>;
+
+/// Writes `dedups` into `batch` in (column family, key) order, on the thread that writes the
+/// batch (the commit thread, not the stream thread that built it). Their keys are hashes, so
+/// in arrival order each memtable insert searched its skip list from the top (~8 % of a
+/// drain's CPU); in key order each starts from where the one before it went, through the
+/// per-tag insert hint of a partition's column family (`store::part_options`): 1.6 µs per
+/// entry instead of 2.8 in a write of 2,000 (a probe, 800k entries). The sort is stable: an
+/// id put twice keeps its later time, and no other write of a batch touches a dedup key.
+fn write_sorted(batch: &mut WriteBatch, cfs: &[Arc<PartCf>], mut dedups: Dedups) {
+    dedups.sort_by_key(|d| (d.0, d.1));
+    for (i, key, value) in dedups {
+        batch.put_cf(&*cfs[i], key, value);
+    }
 }
 
 impl<'a> CommitBatch<'a> {
     pub(crate) fn new(store: &'a Store) -> Self {
-        CommitBatch { store, batch: WriteBatch::default(), cfs: Vec::new(), failed: None }
+        CommitBatch { store, batch: WriteBatch::default(), cfs: Vec::new(), failed: None, dedups: Vec::new() }
     }
 
     /// The index in `cfs` of partition `p`'s column family, created on its first write.
@@ -51,7 +70,7 @@ impl<'a> CommitBatch<'a> {
 
     pub fn put_dedup(&mut self, p: PartitionId, event_id: &str, append_ms: i64) {
         if let Some(i) = self.cf(p) {
-            self.batch.put_cf(&*self.cfs[i], dedup_key(event_id), append_ms.to_le_bytes());
+            self.dedups.push((i, dedup_key(event_id), append_ms.to_le_bytes()));
         }
     }
 
@@ -100,25 +119,26 @@ impl<'a> CommitBatch<'a> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.batch.is_empty()
+        self.batch.is_empty() && self.dedups.is_empty()
     }
 
     pub fn len(&self) -> usize {
-        self.batch.len()
+        self.batch.len() + self.dedups.len()
     }
 
     /// Makes the whole batch durable at once.
-    pub fn commit(self) -> Result<(), StateError> {
+    pub fn commit(mut self) -> Result<(), StateError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
+        write_sorted(&mut self.batch, &self.cfs, self.dedups);
         self.store.write(self.batch)
     }
 
     /// Detaches the batch from its borrow of the store, to commit it on another thread
     /// with [`Store::commit_staged`].
     pub fn stage(self) -> StagedBatch {
-        StagedBatch { batch: self.batch, failed: self.failed }
+        StagedBatch { batch: self.batch, failed: self.failed, cfs: self.cfs, dedups: self.dedups }
     }
 }
 
@@ -126,17 +146,24 @@ impl<'a> CommitBatch<'a> {
 pub struct StagedBatch {
     batch: WriteBatch,
     failed: Option<StateError>,
+    cfs: Vec<Arc<PartCf>>,
+    dedups: Dedups,
 }
 
 impl StagedBatch {
     pub fn is_empty(&self) -> bool {
-        self.batch.is_empty() && self.failed.is_none()
+        self.batch.is_empty() && self.dedups.is_empty() && self.failed.is_none()
     }
 
+    /// The batch to write, its dedup entries added in key order (on the calling thread).
     pub(crate) fn into_inner(self) -> Result<WriteBatch, StateError> {
-        match self.failed {
+        let StagedBatch { mut batch, failed, cfs, dedups } = self;
+        match failed {
             Some(e) => Err(e),
-            None => Ok(self.batch),
+            None => {
+                write_sorted(&mut batch, &cfs, dedups);
+                Ok(batch)
+            }
         }
     }
 }
@@ -175,6 +202,27 @@ mod tests {
         let writer = std::sync::Arc::clone(&store);
         std::thread::spawn(move || writer.commit_staged(staged)).join().expect("thread").expect("commit");
         assert_eq!(store.dedup_lookup(p, &["e-1"]).expect("lookup"), vec![Some(7)]);
+    }
+
+    #[test]
+    fn dedup_entries_written_in_key_order_keep_an_id_put_twice_at_its_later_time() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = open(dir.path());
+        let (a, b) = (PartitionId::orders(0), PartitionId::orders(1));
+        let ids: Vec<String> = (0..500).map(|i| format!("e-{i}")).collect();
+        let mut batch = store.batch();
+        batch.put_dedup(a, "twice", 1);
+        for (k, id) in ids.iter().enumerate() {
+            batch.put_dedup(if k % 2 == 0 { a } else { b }, id, k as i64);
+        }
+        batch.put_dedup(a, "twice", 2);
+        store.commit_staged(batch.stage()).expect("commit");
+        assert_eq!(store.dedup_lookup(a, &["twice"]).expect("lookup"), vec![Some(2)]);
+        let (on_a, on_b) = (store.dedup_lookup(a, &ids).expect("a"), store.dedup_lookup(b, &ids).expect("b"));
+        for k in 0..ids.len() {
+            let (mine, other) = if k % 2 == 0 { (&on_a, &on_b) } else { (&on_b, &on_a) };
+            assert_eq!((mine[k], other[k]), (Some(k as i64), None), "{}", ids[k]);
+        }
     }
 
     #[test]
