@@ -18,7 +18,7 @@ import time
 from .endpoint import Endpoint
 from .sampler import HISTOGRAMS, Sampler, scrape, window
 from .systems import Tidemark, tail
-from .util import BenchError, du_bytes, free_port, histogram_quantile, kill9, log, median, percentile, stop
+from .util import CLK_TCK, BenchError, du_bytes, free_port, histogram_quantile, host_ticks, kill9, log, median, percentile, proc_stat, stop
 
 RULE = {"min_units": 50, "factor": "3.0", "baseline_windows": 15}
 # tidemark_latency_seconds' segments in the order of an action's path (src/telemetry/events.rs).
@@ -234,7 +234,11 @@ def gen_wait(proc, what, timeout):
 class Drain:
     """A pre-generated log (events records, shared by every run), drained from an empty state
     by each run: tidemark `run --exit-at-end`, Kafka Streams `--exit-at-end`. Per run: wall (or
-    KS's drained_ms), events/s, CPU s and µs per event, peak RSS, action keys (checked).
+    KS's drained_ms), events/s, CPU s and µs per event, peak RSS, action keys (checked); the
+    broker's CPU per event over the run (its JVM shares the host: the system under test's µs
+    plus the broker's are what the host's cores must hold at a rate) and the host's busy CPU
+    per event (every process, the harness included; for Kafka Streams both count its start-up,
+    which its drained_ms leaves out).
     Variants: instances = 2 (static ownership, --replicas 2), pin_core (taskset; the broker is
     moved to the other cores for the run)."""
 
@@ -254,6 +258,7 @@ class Drain:
         instances = int(system.get("instances", 1))
         with Run(ctx, system, run_id) as r:
             ep = r.endpoint()
+            broker_before, host_before = proc_stat(ctx.broker.pid() or -1), host_ticks()
             t0 = time.time()
             if r.kind == "tidemark":
                 # The run's own binary writes and checks its topology (with --against, an
@@ -299,13 +304,18 @@ class Drain:
                     raise BenchError(f"Kafka Streams --exit-at-end (run {run_id}) exited with {rc} without its result line; log {lp}:\n{tail(lp)}")
                 res = json.loads(line[-1])
                 wall, cpu, rss = res["drained_ms"] / 1000, res["cpu_ms"] / 1000, res["peak_rss_kb"]
+            broker_after, host_after = proc_stat(ctx.broker.pid() or -1), host_ticks()
             posts = ep.snapshot()
             digest, n = keys_digest(posts)
             r.keep_raw()
             ev = self.events
-            return {"wall_s": round(wall, 2), "events_per_s": round(ev / wall), "cpu_s": round(cpu, 2), "cpu_us_per_event": round(cpu / ev * 1e6, 2),
-                    "peak_rss_mb": round(rss / 1024, 1), "posts": len(posts), "distinct_keys": n, "resent": len(posts) - n,
-                    "keys_sha256": digest, "outputs_ok": n > 0, "outputs_problem": "no action was POSTed"}
+            out = {"wall_s": round(wall, 2), "events_per_s": round(ev / wall), "cpu_s": round(cpu, 2), "cpu_us_per_event": round(cpu / ev * 1e6, 2),
+                   "peak_rss_mb": round(rss / 1024, 1), "posts": len(posts), "distinct_keys": n, "resent": len(posts) - n,
+                   "keys_sha256": digest, "outputs_ok": n > 0, "outputs_problem": "no action was POSTed"}
+            if broker_before and broker_after:
+                out["broker_cpu_us_per_event"] = round((broker_after["cpu_s"] - broker_before["cpu_s"]) / ev * 1e6, 2)
+            out["host_busy_us_per_event"] = round((host_after[0] - host_before[0]) / CLK_TCK / ev * 1e6, 2)
+            return out
 
     def series(self, ctx, runs):
         return {}
