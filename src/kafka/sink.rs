@@ -248,22 +248,6 @@ fn lane(sink: Sink) -> usize {
 /// Side outputs produced again go out on their lane.
 const SIDE_LANE: usize = 0;
 
-/// The compression of a lane's producer. The SKU and combine repartition topics are internal:
-/// the processes that write them read them back, so LZ4 there costs a compression here, a
-/// decompression in the broker (it reads every record of a compressed batch to validate it)
-/// and another one in the reader, for records of ~60 bytes that live as long as the
-/// repartition topics' retention. Kafka Streams leaves its repartition topics uncompressed by
-/// default too. The topics people read (dashboard, finance and their combined rows) stay LZ4.
-/// The side outputs share the SKU repartition's lane, so dead letters and late records go
-/// uncompressed as well (they are rare).
-fn lane_compression(index: usize) -> &'static str {
-    if index == lane(Sink::Repartition) || index == lane(Sink::Combine) {
-        "none"
-    } else {
-        "lz4"
-    }
-}
-
 /// A lane's producer and a handle on its event queue (where delivery reports wait to be
 /// served), which rings the sink's [`Doorbell`] when it gets an event.
 struct Lane {
@@ -358,7 +342,7 @@ impl OutputSink {
         let side_topics: HashSet<String> = [t.dead_letter.topic.clone(), t.late.topic.clone()].into_iter().collect();
         let bell = Arc::new(Doorbell::default());
         let producers = (0..LANES)
-            .map(|index| {
+            .map(|_| {
                 settings
                     .client_config()
                     .set("enable.idempotence", "true")
@@ -366,7 +350,7 @@ impl OutputSink {
                     // The commit flushes at once (its own loop below, not librdkafka's flush):
                     // a batch's records are queued together, so lingering only delays it.
                     .set("linger.ms", "0")
-                    .set("compression.type", lane_compression(index))
+                    .set("compression.type", "lz4")
                     // No delivery deadline: a broker outage of any length (SPEC §6 sets 10
                     // minutes) holds the commit, which waits (reporting, alive) until the
                     // broker is back, instead of failing the records, the commit and the
@@ -715,16 +699,6 @@ impl Drop for OutputSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_repartition_topics_go_uncompressed_and_the_topics_people_read_stay_lz4() {
-        for sink in [Sink::Repartition, Sink::Combine, Sink::DeadLetter, Sink::Late] {
-            assert_eq!(lane_compression(lane(sink)), "none", "{sink:?}");
-        }
-        for sink in [Sink::Dashboard, Sink::DashboardCombined, Sink::Finance, Sink::FinanceCombined] {
-            assert_eq!(lane_compression(lane(sink)), "lz4", "{sink:?}");
-        }
-    }
 
     #[test]
     fn a_ring_between_reading_the_count_and_waiting_is_not_lost() {
