@@ -239,6 +239,13 @@ pub struct RunArgs {
     /// same whatever the count. Default: the cores this process may use (its CPU quota in a container).
     #[arg(long, env = "TIDEMARK_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: Option<u16>,
+    /// Whether the SKU repartition records a commit sends to one partition go out as one
+    /// log record (a pack; docs/formats.md) instead of one log record each: the same data,
+    /// ~1/500 of the records to produce, store, fetch and poll. Versions before packs cannot
+    /// read them: a rolling upgrade from such a version runs with `off` first, then rolls
+    /// again without it (docs/operations.md, "Upgrading").
+    #[arg(long, env = "TIDEMARK_REPARTITION_PACKING", value_enum, default_value_t = Switch::On)]
+    pub repartition_packing: Switch,
     /// Seconds between two measurements of backlog age per partition.
     #[arg(long, default_value_t = 2)]
     pub backlog_probe_every: u64,
@@ -485,6 +492,13 @@ pub struct BatchShadowArgs {
     /// `table` (human) or `json` (one document).
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+}
+
+/// A feature switch (`on` / `off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// `--format` of `query` and `batch shadow`.

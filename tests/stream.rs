@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -229,6 +229,31 @@ fn the_same_log_on_one_two_or_four_threads_gives_byte_identical_outputs_and_the_
         );
         assert!(dead(t) == dead(one), "{threads} threads: the dead letters");
     }
+}
+
+#[test]
+fn repartition_records_go_out_in_packs_and_give_the_outputs_of_one_record_each() {
+    let orders = unique("packs");
+    let (packed, single) = (shadow_topology(&orders), shadow_topology(&orders));
+    generate(&orders, &[GEN_ACTIONS, &["--malformed-fraction", "0.01", "--dup-fraction", "0.02"]].concat());
+    let state = tempfile::tempdir().expect("tmp");
+    run_to_end_with(&packed, &state.path().join("packed"), &unique("g"), &[]);
+    run_to_end_with(&single, &state.path().join("single"), &unique("g"), &[("TIDEMARK_REPARTITION_PACKING", "off")]);
+
+    let repartition = |t: &Topo| read(&t.dashboard.replace(".dashboard", ".sku-repartition"));
+    let (packs, singles) = (repartition(&packed), repartition(&single));
+    let first_bytes = |log: &[rdkafka::message::OwnedMessage]| -> BTreeSet<u8> {
+        log.iter().filter_map(|m| m.payload().and_then(|p| p.first()).copied()).collect()
+    };
+    assert_eq!(first_bytes(&packs), BTreeSet::from([0xB7]), "every record is a pack");
+    assert!(!first_bytes(&singles).contains(&0xB7), "with packing off, no record is a pack");
+    assert!(packs.len() * 10 < singles.len(), "{} packs for {} single records", packs.len(), singles.len());
+
+    let actions = audited_actions(&single);
+    assert!(actions.len() >= 10, "the log fires many actions, got {}", actions.len());
+    assert_eq!(audited_actions(&packed), actions, "the same action keys, rules and SKUs");
+    assert!(compacted(&packed.dashboard) == compacted(&single.dashboard), "the dashboard rows");
+    assert!(compacted(&packed.finance_provisional) == compacted(&single.finance_provisional), "the finance rows");
 }
 
 #[test]

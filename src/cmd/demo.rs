@@ -110,6 +110,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         lifecycle: Arc::default(),
         memtable_budget_bytes: tidemark_state::DEFAULT_MEMTABLE_BUDGET_BYTES,
         threads: stream::default_threads(),
+        repartition_packing: true,
     };
     // The action runtime, as in `tidemark run`: the example rules are in shadow mode, so their
     // rows are audited to the audit topic and never sent.

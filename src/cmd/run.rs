@@ -165,6 +165,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         lifecycle: Arc::default(),
         memtable_budget_bytes: args.state_memtable_mb.saturating_mul(1 << 20),
         threads: args.threads.map_or_else(stream::default_threads, usize::from),
+        repartition_packing: args.repartition_packing == crate::cli::Switch::On,
     };
     let waited = Instant::now();
     let checked = rt.block_on(checking).context("checking the input topics")??;

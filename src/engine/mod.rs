@@ -10,7 +10,8 @@
 //!   rules and the outbox rows ([`outbox`]); `sku_phase`: its stock and window phases.
 //! - [`combine`]: the combined rows of every aggregate key ([`forward`]: the partials sent
 //!   to it).
-//! - [`output`], [`record`], [`stats`], [`held`]: what tasks emit, read, count and hold.
+//! - [`output`], [`record`], [`stats`], [`held`]: what tasks emit, read, count and hold;
+//!   [`pack`]: several SKU repartition records in one log record.
 //! - [`slice`]: a micro-batch slice over the same tasks.
 
 pub mod combine;
@@ -21,6 +22,7 @@ pub mod inventory;
 pub mod orders;
 pub mod outbox;
 pub mod output;
+pub mod pack;
 pub mod record;
 mod sku_phase;
 pub mod sku_task;

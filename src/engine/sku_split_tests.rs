@@ -2,6 +2,8 @@
 //! interleavings of two `orders` upstreams and one `inventory` upstream, random commit
 //! points and restarts, the task's outbox rows (keys and payload bytes) are exactly the
 //! intents of one processor of every rule fed every line and snapshot in logical-time order.
+//! The same holds when the log carries the records in packs ([`super::pack`]), mixed with
+//! single records as after an upgrade.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +18,7 @@ use tidemark_topology::window::WindowPolicy;
 
 use super::derive::Derived;
 use super::outbox::OutboxRow;
+use super::pack::{unpack, Pack};
 use super::record::SourceRecord;
 use super::sku_task::{SkuTask, SkuTaskConfig};
 use super::stats::Stats;
@@ -172,6 +175,83 @@ fn the_stock_and_window_phases_fire_exactly_what_one_merge_of_everything_fires()
     }
     // The workload is not vacuous: window and stock rules both fire.
     assert!(checked.0 > 50 && checked.1 - checked.0 > 50, "velocity {}, all {}", checked.0, checked.1);
+    Ok(())
+}
+
+/// The log as the sink writes it: runs of consecutive records in packs of 1 to 12, and now
+/// and then a record alone (as versions before packs wrote it).
+fn packed(rng: &mut ChaCha8Rng, records: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut records = records.into_iter().peekable();
+    while records.peek().is_some() {
+        if rng.gen_bool(0.1) {
+            out.extend(records.next());
+            continue;
+        }
+        let mut pack = Pack::default();
+        for r in records.by_ref().take(rng.gen_range(1..=12)) {
+            pack.push(&r);
+        }
+        out.push(pack.take());
+    }
+    out
+}
+
+#[test]
+fn records_read_in_packs_fire_exactly_what_one_merge_of_everything_fires() -> Result<(), StateError> {
+    let mut checked = 0usize;
+    for seed in 0..150u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(5_000 + seed);
+        let logs: Vec<Vec<Derived>> = [ORDERS[0], ORDERS[1], INVENTORY]
+            .into_iter()
+            .map(|u| upstream_log(&mut rng, u, if u == INVENTORY { 8 } else { 40 }))
+            .collect();
+        let want = single_merge(&logs);
+        let records = interleave(&mut rng, &logs);
+        let log = packed(&mut rng, records.clone());
+        assert!(log.len() < records.len() / 3, "seed {seed}: packs, not single records");
+        let got = run_task(&mut rng, &log, rules())?;
+        assert_eq!(got, want, "seed {seed}");
+        checked += want.len();
+    }
+    assert!(checked > 100, "keys fired: {checked}");
+    Ok(())
+}
+
+#[test]
+fn a_pack_cut_short_applies_its_whole_records_and_dead_letters_the_rest_once() -> Result<(), StateError> {
+    let (store, stats, id) = (MemStore::new(), Stats::default(), PartitionId::sku(0));
+    let mut task = SkuTask::restore(&store, id, cfg(rules()))?;
+    let mut pack = Pack::default();
+    for i in 0..3 {
+        let lt = LogicalTime::new(T0 + i * SEC, ORDERS[0].0, ORDERS[0].1, i);
+        let event_ms = T0 + i * SEC;
+        pack.push(
+            &Derived::Line { lt, idx: 0, sku: "SKU-1".into(), placed: true, qty: 1, event_ms, append_ms: event_ms }
+                .encode(),
+        );
+    }
+    let whole = pack.take();
+    let cut = &whole[..whole.len() - 5];
+    let mut out = Vec::new();
+    assert!(task.ingest(SourceRecord { key: None, value: Some(cut), append_ms: 0, offset: 0 }, &mut out, &stats));
+    assert_eq!(task.buffered(), 2, "the two whole records wait in the merge buffer");
+    assert_eq!(Stats::get(&stats.dead_letters), 1);
+    let rest = unpack(cut).expect("a pack").nth(2).expect("the cut record");
+    assert!(rest.is_err());
+    assert_eq!(out.len(), 1);
+    assert!(out[0].value.len() < cut.len() && cut.ends_with(&out[0].value), "the unread rest is dead-lettered");
+
+    // Committed, restarted and read again from the buffered records' pack: not dead-lettered twice.
+    let mut batch = store.batch();
+    task.finish(&store, &mut batch, &mut Vec::new(), &stats)?;
+    store.commit(batch)?;
+    let mut again = SkuTask::restore(&store, id, cfg(rules()))?;
+    assert_eq!(again.checkpoint().next_offset, 0, "a restart reads the pack again");
+    let mut out = Vec::new();
+    again.ingest(SourceRecord { key: None, value: Some(cut), append_ms: 0, offset: 0 }, &mut out, &stats);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!((again.buffered(), Stats::get(&stats.dead_letters)), (2, 1));
     Ok(())
 }
 

@@ -263,36 +263,67 @@ impl SkuTask {
         self.uncommitted = true;
         let value = rec.value.unwrap_or_default();
         let replay = rec.offset < self.read_to;
+        let Some(mut records) = super::pack::unpack(value) else {
+            self.ingest_one(value, &rec, replay, out, stats);
+            return true;
+        };
+        // A pack: its records in order, each as if it were read alone at the pack's offset.
+        while let Some(record) = records.next() {
+            match record {
+                Ok(bytes) => self.ingest_one(bytes, &rec, replay, out, stats),
+                Err(e) if !replay => self.dead_letter(&rec, records.rest(), e, out, stats),
+                Err(_) => {}
+            }
+        }
+        true
+    }
+
+    /// One repartition record (alone in its log record, or one of a pack).
+    fn ingest_one(
+        &mut self,
+        value: &[u8],
+        rec: &SourceRecord<'_>,
+        replay: bool,
+        out: &mut Vec<OutputRecord>,
+        stats: &Stats,
+    ) {
         // Most records were handed over in-process already (their echo) or applied before
         // (a replay): their head says so, and the payload is never decoded.
         let head = Derived::head_of(value);
         if head.is_some_and(|h| self.place(h, rec.offset, replay, stats)) {
-            return true;
+            return;
         }
         let derived = match Derived::decode(value) {
             Ok(d) => d,
-            Err(_) if replay => return true,
-            Err(e) => {
-                // Only tidemark writes this topic; an unreadable record means a foreign
-                // writer or a newer format. Keep it, visibly, and go on.
-                Stats::add(&stats.dead_letters, 1);
-                out.push(OutputRecord::side_output(
-                    Sink::DeadLetter,
-                    (self.cfg.topic.as_str(), self.id.partition, rec.offset, rec.append_ms),
-                    rec.key,
-                    value,
-                    "internal_record_unreadable",
-                    e.to_string(),
-                ));
-                return true;
-            }
+            Err(_) if replay => return,
+            Err(e) => return self.dead_letter(rec, value, e, out, stats),
         };
         // A record of the JSON that earlier versions wrote has no codec head: placed here.
         if head.is_none() && self.place(derived.head(), rec.offset, replay, stats) {
-            return true;
+            return;
         }
         self.buffer_read(derived, rec.offset, replay, stats);
-        true
+    }
+
+    /// Only tidemark writes this topic; an unreadable record means a foreign writer or a
+    /// newer format. Keep it (the bytes that could not be read), visibly, and go on.
+    fn dead_letter(
+        &self,
+        rec: &SourceRecord<'_>,
+        value: &[u8],
+        e: StateError,
+        out: &mut Vec<OutputRecord>,
+        stats: &Stats,
+    ) {
+        Stats::add(&stats.dead_letters, 1);
+        out.push(OutputRecord::side_output(
+            Sink::DeadLetter,
+            (self.cfg.topic.as_str(), self.id.partition, rec.offset, rec.append_ms),
+            rec.key,
+            value,
+            "internal_record_unreadable",
+            e.to_string(),
+        ));
     }
 
     /// Places a record read from the log by its head alone, when that is enough: true for a

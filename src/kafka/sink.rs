@@ -33,6 +33,7 @@ use tracing::warn;
 
 use super::KafkaSettings;
 use crate::engine::output::{truncate_to_fit, MAX_SIDE_OUTPUT_BYTES};
+use crate::engine::pack::Pack;
 use crate::engine::{OutputRecord, Sink};
 
 /// A side output (dead letter, late record) to produce again: after a delivery failure or a
@@ -245,6 +246,19 @@ fn lane(sink: Sink) -> usize {
     }
 }
 
+/// The records packed for SKU partition `p` as one record (see [`crate::engine::pack`]):
+/// no key (the partition is explicit, and nothing reads a repartition record's key).
+fn packed(p: i32, pack: &mut Pack) -> OutputRecord {
+    OutputRecord {
+        sink: Sink::Repartition,
+        key: None,
+        value: pack.take(),
+        headers: Vec::new(),
+        partition: Some(p),
+        handed: None,
+    }
+}
+
 /// Side outputs produced again go out on their lane.
 const SIDE_LANE: usize = 0;
 
@@ -330,6 +344,9 @@ pub struct OutputSink {
     /// The Connect schema of each combined sink written as `connect-json`.
     dashboard_combined_connect: Option<RowSchema>,
     finance_combined_connect: Option<RowSchema>,
+    /// SKU repartition records go out packed ([`crate::engine::pack`]); off only while a
+    /// rolling upgrade from a version that cannot read packs is under way.
+    packing: bool,
 }
 
 /// The schema a combined sink's rows are wrapped in, when its format is `connect-json`.
@@ -397,6 +414,7 @@ impl OutputSink {
                 t.finance_provisional_combined_format,
                 connect_json::FINANCE_COMBINED,
             ),
+            packing: true,
         })
     }
 
@@ -404,6 +422,15 @@ impl OutputSink {
     /// are written: the commit waits for them.
     pub fn reporting_to(mut self, progress: std::sync::Arc<crate::telemetry::Progress>) -> Self {
         self.progress = Some(progress);
+        self
+    }
+
+    /// Whether SKU repartition records go out packed (the default; see
+    /// [`crate::engine::pack`]): `false` writes one log record per repartition record, which
+    /// versions before packs read (`tidemark run --repartition-packing off`, for the first
+    /// step of a rolling upgrade from such a version).
+    pub fn packing(mut self, on: bool) -> Self {
+        self.packing = on;
         self
     }
 
@@ -454,68 +481,87 @@ impl OutputSink {
     /// size and SHA-256 in headers; one the producer refuses is queued to be sent again.
     /// Combined rows of a `connect-json` sink go out in Connect's envelope ([`connect_json`]).
     pub fn send_all(&self, records: &mut Vec<OutputRecord>, batch: Batch) -> anyhow::Result<()> {
-        for mut r in records.drain(..) {
-            self.encode(&mut r)?;
-            let side = matches!(r.sink, Sink::DeadLetter | Sink::Late);
-            let oversized = r.key.as_ref().map_or(0, Vec::len) + r.value.len() > MAX_SIDE_OUTPUT_BYTES;
-            if side && oversized {
-                let mut resend = Resend::of(self.topic(r.sink), r);
-                truncate_to_fit(&mut resend.key, &mut resend.value, &mut resend.headers, MAX_SIDE_OUTPUT_BYTES);
-                crate::telemetry::outputs::side_output_truncated(&resend.topic);
-                self.send_side(resend, batch);
+        // SKU repartition records, packed per partition in their order (see `engine::pack`).
+        let mut packs: BTreeMap<i32, Pack> = BTreeMap::new();
+        for r in records.drain(..) {
+            let (Sink::Repartition, Some(p), true) = (r.sink, r.partition, self.packing) else {
+                self.send(r, batch)?;
                 continue;
+            };
+            let pack = packs.entry(p).or_default();
+            if pack.full_for(r.value.len()) {
+                self.send(packed(p, pack), batch)?;
             }
-            let mut record: BaseRecord<'_, [u8], [u8], Batch> =
-                BaseRecord::with_opaque_to(self.topic(r.sink), batch).payload(&r.value[..]);
-            // Only side outputs carry headers: no header list for the rest (librdkafka
-            // allocates one even when it stays empty; the record on the wire is the same).
-            if !r.headers.is_empty() {
-                let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
-                for (k, v) in &r.headers {
-                    headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
-                }
-                record = record.headers(headers);
-            }
-            if let Some(k) = &r.key {
-                record = record.key(&k[..]);
-            }
-            if let Some(p) = r.partition {
-                record = record.partition(p);
-            }
-            let producer = &self.lanes[lane(r.sink)].producer;
-            let pending = &producer.context().pending[batch % BATCH_SLOTS];
-            pending.fetch_add(1, Ordering::AcqRel);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        // poll() blocks for its whole timeout (see `flush`): serve, then nap.
-                        producer.poll(Duration::ZERO);
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err((e, _)) if side => {
-                        pending.fetch_sub(1, Ordering::AcqRel);
-                        let mut resend = Resend::of(self.topic(r.sink), r.clone());
-                        warn!(topic = %resend.topic, error = %e, "side output refused by the producer; producing it again");
-                        resend.shrink_if(too_large(&e));
-                        self.send_side(resend, batch);
-                        break;
-                    }
-                    Err((e, _)) => {
-                        // Refused locally (larger than message.max.bytes, unknown partition):
-                        // the batch is not committed, as when the broker refuses it.
-                        pending.fetch_sub(1, Ordering::AcqRel);
-                        let topic = self.topic(r.sink);
-                        crate::telemetry::outputs::output_refused(topic);
-                        producer.context().refuse(topic, &e.to_string());
-                        break;
-                    }
-                }
-            }
+            pack.push(&r.value);
+        }
+        for (p, pack) in &mut packs {
+            self.send(packed(*p, pack), batch)?;
         }
         for lane in &self.lanes {
             lane.producer.poll(Duration::ZERO);
+        }
+        Ok(())
+    }
+
+    /// Queues one record (see [`OutputSink::send_all`]).
+    fn send(&self, mut r: OutputRecord, batch: Batch) -> anyhow::Result<()> {
+        self.encode(&mut r)?;
+        let side = matches!(r.sink, Sink::DeadLetter | Sink::Late);
+        let oversized = r.key.as_ref().map_or(0, Vec::len) + r.value.len() > MAX_SIDE_OUTPUT_BYTES;
+        if side && oversized {
+            let mut resend = Resend::of(self.topic(r.sink), r);
+            truncate_to_fit(&mut resend.key, &mut resend.value, &mut resend.headers, MAX_SIDE_OUTPUT_BYTES);
+            crate::telemetry::outputs::side_output_truncated(&resend.topic);
+            self.send_side(resend, batch);
+            return Ok(());
+        }
+        let mut record: BaseRecord<'_, [u8], [u8], Batch> =
+            BaseRecord::with_opaque_to(self.topic(r.sink), batch).payload(&r.value[..]);
+        // Only side outputs carry headers: no header list for the rest (librdkafka
+        // allocates one even when it stays empty; the record on the wire is the same).
+        if !r.headers.is_empty() {
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+            }
+            record = record.headers(headers);
+        }
+        if let Some(k) = &r.key {
+            record = record.key(&k[..]);
+        }
+        if let Some(p) = r.partition {
+            record = record.partition(p);
+        }
+        let producer = &self.lanes[lane(r.sink)].producer;
+        let pending = &producer.context().pending[batch % BATCH_SLOTS];
+        pending.fetch_add(1, Ordering::AcqRel);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    // poll() blocks for its whole timeout (see `flush`): serve, then nap.
+                    producer.poll(Duration::ZERO);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) if side => {
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                    let mut resend = Resend::of(self.topic(r.sink), r.clone());
+                    warn!(topic = %resend.topic, error = %e, "side output refused by the producer; producing it again");
+                    resend.shrink_if(too_large(&e));
+                    self.send_side(resend, batch);
+                    break;
+                }
+                Err((e, _)) => {
+                    // Refused locally (larger than message.max.bytes, unknown partition):
+                    // the batch is not committed, as when the broker refuses it.
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                    let topic = self.topic(r.sink);
+                    crate::telemetry::outputs::output_refused(topic);
+                    producer.context().refuse(topic, &e.to_string());
+                    break;
+                }
+            }
         }
         Ok(())
     }

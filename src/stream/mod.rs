@@ -98,6 +98,9 @@ pub struct StreamOptions {
     /// Threads the tasks ingest and finish on (`tidemark run --threads`; 1: the stream thread
     /// alone).
     pub threads: usize,
+    /// SKU repartition records go out packed (`tidemark run --repartition-packing`, on by
+    /// default; see [`crate::engine::pack`]).
+    pub repartition_packing: bool,
 }
 
 /// The cores this process may use (its CPU quota in a container): `--threads` by default.
@@ -398,7 +401,9 @@ fn run_once(opts: StreamOptions) -> anyhow::Result<()> {
         }
     }
     info!(kafka = %opts.settings.redacted(), group = %opts.group_id, state = %opts.state_dir.display(), "stream started");
-    let sink = Arc::new(OutputSink::new(&opts.settings, t)?.reporting_to(Arc::clone(&opts.progress)));
+    let sink = Arc::new(
+        OutputSink::new(&opts.settings, t)?.reporting_to(Arc::clone(&opts.progress)).packing(opts.repartition_packing),
+    );
     let mut tasks = TaskSet::new(TaskFactory::new(t, [counts[0], counts[1], counts[2], counts[3]]), sources);
     tasks.set_threads(opts.threads);
     tasks.set_hand_over(true);
