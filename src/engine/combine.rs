@@ -141,12 +141,11 @@ impl CombineTask {
                 // Only tidemark writes this topic: a foreign writer or a newer format. Keep
                 // the record, visibly, and go on.
                 Stats::add(&stats.dead_letters, 1);
-                out.push(OutputRecord::side_output(
-                    Sink::DeadLetter,
-                    (self.cfg.topic.as_str(), self.id.partition, rec.offset, rec.append_ms),
-                    rec.key,
+                out.push(OutputRecord::internal_unreadable(
+                    &self.cfg.topic,
+                    self.id.partition,
+                    &rec,
                     value,
-                    "internal_record_unreadable",
                     e.to_string(),
                 ));
                 return true;

@@ -1,6 +1,7 @@
 //! Records the engine asks the runtime to write to output topics.
 
 use super::derive::Derived;
+use super::record::SourceRecord;
 
 /// Which configured sink a record goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -116,6 +117,27 @@ impl OutputRecord {
             partition: Some(partition),
             handed: Some(derived),
         }
+    }
+
+    /// A record of an internal topic (`topic`, `partition`) that tidemark cannot read: only
+    /// tidemark writes those, so it means a foreign writer or a newer format. Dead-lettered
+    /// (`internal_record_unreadable`) with the bytes that could not be read, so nothing is
+    /// lost and the partition goes on.
+    pub fn internal_unreadable(
+        topic: &str,
+        partition: i32,
+        rec: &SourceRecord<'_>,
+        value: &[u8],
+        detail: String,
+    ) -> Self {
+        OutputRecord::side_output(
+            Sink::DeadLetter,
+            (topic, partition, rec.offset, rec.append_ms),
+            rec.key,
+            value,
+            "internal_record_unreadable",
+            detail,
+        )
     }
 
     /// A rejected or too-late source record: its original key and bytes, and where it came

@@ -47,7 +47,7 @@ use tidemark_topology::window::WindowPolicy;
 
 use super::derive::{Derived, Head};
 use super::outbox::{OutboxRow, RowState};
-use super::output::{OutputRecord, Sink};
+use super::output::OutputRecord;
 use super::record::SourceRecord;
 use super::sku_phase::{phases, Phase, PhaseKind, Upstream};
 use super::stats::Stats;
@@ -316,14 +316,7 @@ impl SkuTask {
         stats: &Stats,
     ) {
         Stats::add(&stats.dead_letters, 1);
-        out.push(OutputRecord::side_output(
-            Sink::DeadLetter,
-            (self.cfg.topic.as_str(), self.id.partition, rec.offset, rec.append_ms),
-            rec.key,
-            value,
-            "internal_record_unreadable",
-            e.to_string(),
-        ));
+        out.push(OutputRecord::internal_unreadable(&self.cfg.topic, self.id.partition, rec, value, e.to_string()));
     }
 
     /// Places a record read from the log by its head alone, when that is enough: true for a
