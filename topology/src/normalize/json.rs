@@ -14,12 +14,16 @@ use super::MAX_NESTING_DEPTH;
 use crate::reject::{RejectReason, Rejection};
 
 /// Check 1: one JSON object, read into `T`.
+pub(super) fn parse_object<'a, T: Deserialize<'a>>(value: Option<&'a [u8]>) -> Result<T, Rejection> {
+    parse_text(checked_text(value)?)
+}
+
+/// The first half of check 1: a value that is there, UTF-8 and not nested too deep.
 ///
 /// UTF-8 is validated over the whole value first, because serde_json does not validate the
 /// strings it skips; parsing then reads from a `str`, which spares serde_json validating the
 /// strings it keeps.
-pub(super) fn parse_object<'a, T: Deserialize<'a>>(value: Option<&'a [u8]>) -> Result<T, Rejection> {
-    let not_json = |detail: String| Rejection::new(RejectReason::NotJson, detail);
+pub(super) fn checked_text(value: Option<&[u8]>) -> Result<&str, Rejection> {
     let bytes = match value {
         None => return Err(not_json("no value (a tombstone)".into())),
         Some([]) => return Err(not_json("empty value".into())),
@@ -30,11 +34,20 @@ pub(super) fn parse_object<'a, T: Deserialize<'a>>(value: Option<&'a [u8]>) -> R
     if let Some(at) = too_deep(bytes) {
         return Err(not_json(format!("nested deeper than {MAX_NESTING_DEPTH} levels at byte {at}")));
     }
+    Ok(text)
+}
+
+/// The second half of check 1: `text` (from [`checked_text`]) read by serde_json into `T`.
+pub(super) fn parse_text<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, Rejection> {
     match serde_json::from_str::<Obj<T>>(text) {
         Ok(Obj::Ok(value)) => Ok(value),
         Ok(Obj::NotObject(kind)) => Err(not_json(format!("top level is {kind}, not an object"))),
         Err(e) => Err(not_json(e.to_string())),
     }
+}
+
+fn not_json(detail: String) -> Rejection {
+    Rejection::new(RejectReason::NotJson, detail)
 }
 
 /// Where arrays and objects first nest deeper than [`MAX_NESTING_DEPTH`], if they do.
@@ -181,6 +194,7 @@ impl<'de: 'a, 'a> de::Visitor<'de> for JsonVisitor<'a> {
 }
 
 /// An object parsed into `T`, or the kind of JSON value it was instead (`null`, `an array`...).
+#[derive(Debug)]
 pub(super) enum Obj<T> {
     Ok(T),
     NotObject(&'static str),
@@ -228,6 +242,7 @@ impl<'de, T: Deserialize<'de>> de::Visitor<'de> for ObjVisitor<T> {
 }
 
 /// An array of `T`, or a note that the value was some other JSON type.
+#[derive(Debug)]
 pub(super) enum Seq<T> {
     Items(Vec<T>),
     NotArray,

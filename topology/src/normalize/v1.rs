@@ -13,14 +13,14 @@ use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind, Line};
 use crate::reject::{RejectReason, Rejection};
 
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub(super) struct RawLine<'a> {
     #[serde(borrow, default, deserialize_with = "nullable")]
-    sku: Option<Json<'a>>,
+    pub(super) sku: Option<Json<'a>>,
     #[serde(borrow, default, deserialize_with = "nullable")]
-    qty: Option<Json<'a>>,
+    pub(super) qty: Option<Json<'a>>,
     #[serde(borrow, default, deserialize_with = "nullable")]
-    unit_price: Option<Json<'a>>,
+    pub(super) unit_price: Option<Json<'a>>,
 }
 
 /// Steps 4 onwards of the check order; `checks` holds what the caller found so far.

@@ -14,22 +14,22 @@ use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind, Line};
 use crate::reject::{RejectReason, Rejection};
 
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub(super) struct RawItem<'a> {
     #[serde(borrow, default, deserialize_with = "nullable")]
-    sku: Option<Json<'a>>,
+    pub(super) sku: Option<Json<'a>>,
     #[serde(borrow, default, deserialize_with = "nullable")]
-    quantity: Option<Json<'a>>,
+    pub(super) quantity: Option<Json<'a>>,
     #[serde(borrow)]
-    price: Option<Obj<RawMoney<'a>>>,
+    pub(super) price: Option<Obj<RawMoney<'a>>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub(super) struct RawMoney<'a> {
     #[serde(borrow, default, deserialize_with = "nullable")]
-    amount_minor: Option<Json<'a>>,
+    pub(super) amount_minor: Option<Json<'a>>,
     #[serde(borrow, default, deserialize_with = "nullable")]
-    currency: Option<Json<'a>>,
+    pub(super) currency: Option<Json<'a>>,
 }
 
 /// Steps 4 onwards of the check order; `checks` holds what the caller found so far.
