@@ -9,12 +9,13 @@ use std::io::{BufWriter, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde::Serialize;
 use tidemark_topology::gen::{GenConfig, GenTopic, Generator, Truth};
 
 use crate::cli::GenArgs;
+use crate::kafka::room::send_when_room;
 use crate::kafka::KafkaSettings;
 
 #[derive(Debug, Default, Serialize)]
@@ -135,19 +136,8 @@ fn produce(args: &GenArgs, settings: &KafkaSettings, generator: Generator) -> an
             GenTopic::Orders => &args.orders_topic,
             GenTopic::Inventory => &args.inventory_topic,
         };
-        let mut record = BaseRecord::<str, [u8]>::to(topic).key(r.key.as_str()).payload(&r.value[..]);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    // rdkafka 0.39's poll blocks for its whole timeout: serve, then nap briefly.
-                    producer.poll(Duration::ZERO);
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err((e, _)) => anyhow::bail!("producing to {topic}: {e}"),
-            }
-        }
+        let record = BaseRecord::<str, [u8]>::to(topic).key(r.key.as_str()).payload(&r.value[..]);
+        send_when_room(&producer, record).map_err(|e| anyhow::anyhow!("producing to {topic}: {e}"))?;
         if last_report.elapsed() >= Duration::from_secs(1) {
             producer.poll(Duration::ZERO);
             last_report = Instant::now();

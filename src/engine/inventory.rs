@@ -76,7 +76,7 @@ impl InventoryTask {
                     append_ms: rec.append_ms,
                 };
                 let partition = sku_partition(&s.sku, self.sku_partitions);
-                out.push(OutputRecord::derived(d, Some(s.sku.as_bytes().to_vec()), partition));
+                out.push(OutputRecord::derived(d, partition));
             }
             Err(rejection) => {
                 stats.dead_lettered(rejection.reason);

@@ -432,7 +432,7 @@ impl OrdersTask {
                 append_ms: p.append_ms,
             };
             let partition = sku_partition(&line.sku, self.cfg.sku_partitions);
-            out.push(OutputRecord::derived(d, Some(line.sku.as_bytes().to_vec()), partition));
+            out.push(OutputRecord::derived(d, partition));
         }
     }
 

@@ -107,11 +107,12 @@ pub struct OutputRecord {
 
 impl OutputRecord {
     /// A line, snapshot or mark for SKU partition `partition`: `value` is its encoding, and
-    /// the record itself rides along for the in-process hand-over.
-    pub fn derived(derived: Derived, key: Option<Vec<u8>>, partition: i32) -> Self {
+    /// the record itself rides along for the in-process hand-over. No key: the partition is
+    /// explicit and nothing reads a repartition record's key (packs have none either).
+    pub fn derived(derived: Derived, partition: i32) -> Self {
         OutputRecord {
             sink: Sink::Repartition,
-            key,
+            key: None,
             value: derived.encode(),
             headers: Vec::new(),
             partition: Some(partition),

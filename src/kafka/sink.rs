@@ -31,6 +31,7 @@ use tidemark_topology::config::{SinkFormat, Topology};
 use tidemark_topology::connect_json::{self, RowSchema};
 use tracing::warn;
 
+use super::room::send_when_room;
 use super::KafkaSettings;
 use crate::engine::output::{truncate_to_fit, MAX_SIDE_OUTPUT_BYTES};
 use crate::engine::pack::Pack;
@@ -535,32 +536,22 @@ impl OutputSink {
         let producer = &self.lanes[lane(r.sink)].producer;
         let pending = &producer.context().pending[batch % BATCH_SLOTS];
         pending.fetch_add(1, Ordering::AcqRel);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    // poll() blocks for its whole timeout (see `flush`): serve, then nap.
-                    producer.poll(Duration::ZERO);
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err((e, _)) if side => {
-                    pending.fetch_sub(1, Ordering::AcqRel);
-                    let mut resend = Resend::of(self.topic(r.sink), r.clone());
-                    warn!(topic = %resend.topic, error = %e, "side output refused by the producer; producing it again");
-                    resend.shrink_if(too_large(&e));
-                    self.send_side(resend, batch);
-                    break;
-                }
-                Err((e, _)) => {
-                    // Refused locally (larger than message.max.bytes, unknown partition):
-                    // the batch is not committed, as when the broker refuses it.
-                    pending.fetch_sub(1, Ordering::AcqRel);
-                    let topic = self.topic(r.sink);
-                    crate::telemetry::outputs::output_refused(topic);
-                    producer.context().refuse(topic, &e.to_string());
-                    break;
-                }
+        match send_when_room(producer, record) {
+            Ok(()) => {}
+            Err(e) if side => {
+                pending.fetch_sub(1, Ordering::AcqRel);
+                let mut resend = Resend::of(self.topic(r.sink), r.clone());
+                warn!(topic = %resend.topic, error = %e, "side output refused by the producer; producing it again");
+                resend.shrink_if(too_large(&e));
+                self.send_side(resend, batch);
+            }
+            Err(e) => {
+                // Refused locally (larger than message.max.bytes, unknown partition):
+                // the batch is not committed, as when the broker refuses it.
+                pending.fetch_sub(1, Ordering::AcqRel);
+                let topic = self.topic(r.sink);
+                crate::telemetry::outputs::output_refused(topic);
+                producer.context().refuse(topic, &e.to_string());
             }
         }
         Ok(())
@@ -582,17 +573,10 @@ impl OutputSink {
                 record = record.key(&k[..]);
             }
             pending.fetch_add(1, Ordering::AcqRel);
-            let sent = producer.send(record);
-            if sent.is_err() {
-                pending.fetch_sub(1, Ordering::AcqRel);
-            }
-            match sent {
+            match send_when_room(producer, record) {
                 Ok(()) => return,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    producer.poll(Duration::ZERO);
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err((e, _)) => {
+                Err(e) => {
+                    pending.fetch_sub(1, Ordering::AcqRel);
                     let size_refused = too_large(&e);
                     crate::telemetry::outputs::side_output_retried(&r.topic);
                     r.shrink_if(size_refused);

@@ -554,7 +554,7 @@ impl TaskSet {
             }
             self.last_marks.insert(*id, *bound);
             for p in 0..sku_partitions {
-                out.push(OutputRecord::derived(mark.clone(), None, p));
+                out.push(OutputRecord::derived(mark.clone(), p));
             }
         }
     }

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
 use tracing::error;
 
 use super::manifest::{adjust_prefix, close_key, Manifest};
 use crate::kafka::reader::read_topic;
+use crate::kafka::room::send_when_room;
 use crate::kafka::KafkaSettings;
 
 /// Latest value per key of a compacted topic whose keys start with `prefix`.
@@ -100,17 +101,8 @@ impl Writer {
     /// Writes `records` (key → value) and waits for every acknowledgement.
     pub fn write(&self, topic: &str, records: &BTreeMap<String, Vec<u8>>) -> anyhow::Result<()> {
         for (key, value) in records {
-            let mut record = BaseRecord::<str, [u8]>::to(topic).key(key.as_str()).payload(&value[..]);
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        self.producer.poll(Duration::from_millis(20));
-                    }
-                    Err((e, _)) => anyhow::bail!("producing to {topic}: {e}"),
-                }
-            }
+            let record = BaseRecord::<str, [u8]>::to(topic).key(key.as_str()).payload(&value[..]);
+            send_when_room(&self.producer, record).map_err(|e| anyhow::anyhow!("producing to {topic}: {e}"))?;
         }
         self.producer.flush(Duration::from_secs(120)).with_context(|| format!("flushing records to {topic}"))?;
         let failed = self.producer.context().0.swap(0, Ordering::Relaxed);
