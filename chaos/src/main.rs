@@ -152,9 +152,11 @@ fn run() -> anyhow::Result<bool> {
     let mut f = std::fs::File::create(&args.report)?;
     writeln!(f, "{}", serde_json::to_string_pretty(&summary)?)?;
     for r in reports.iter().filter(|r| !r.passed) {
+        // `--seed` is the base seed (scenario i of round r runs with seed + 100 r + i), so the
+        // scenario's own seed replays only through `--only` with the base it came from.
         eprintln!(
-            "[chaos] FAILED: scenario {} — replay with: tidemark-chaos --profile {} --seed {}",
-            r.scenario, args.profile, r.seed
+            "[chaos] FAILED: scenario {} (seed {}) — replay with: tidemark-chaos --profile {} --seed {} --only {}",
+            r.scenario, r.seed, args.profile, args.seed, r.scenario
         );
     }
     println!("chaos: {passed} passed, {failed} failed");

@@ -443,13 +443,17 @@ impl Store {
     /// at which each id was first seen, if it is stored.
     pub fn dedup_lookup<S: AsRef<str>>(&self, p: PartitionId, ids: &[S]) -> Result<Vec<Option<i64>>, StateError> {
         let Some(cf) = self.part(p) else { return Ok(vec![None; ids.len()]) };
-        let keys: Vec<[u8; DEDUP_KEY_LEN]> = ids.iter().map(|id| dedup_key(id.as_ref())).collect();
-        let mut found: Vec<Option<i64>> = self
-            .db
-            .batched_multi_get_cf(&*cf, &keys, false)
-            .into_iter()
-            .map(|r| r.map(|v| v.and_then(|v| decode_append_ms(&v))).map_err(|e| self.rocks(e)))
-            .collect::<Result<_, _>>()?;
+        // Looked up in key order, sorted here as integers: RocksDB's own sort of the keys
+        // (`sorted_input = false`: an introsort through its comparator) was over half of a
+        // lookup's cost. Equal keys (an id twice in one batch) may sit side by side.
+        let mut keys: Vec<([u8; DEDUP_KEY_LEN], u32)> =
+            ids.iter().zip(0u32..).map(|(id, i)| (dedup_key(id.as_ref()), i)).collect();
+        keys.sort_unstable_by_key(|(k, _)| dedup_order(k));
+        let mut found: Vec<Option<i64>> = vec![None; ids.len()];
+        let sorted = self.db.batched_multi_get_cf(&*cf, keys.iter().map(|(k, _)| k), true);
+        for ((_, i), r) in keys.iter().zip(sorted) {
+            found[*i as usize] = r.map_err(|e| self.rocks(e))?.and_then(|v| decode_append_ms(&v));
+        }
         if self.legacy_dedup.load(Ordering::Relaxed) {
             let misses: Vec<usize> = (0..found.len()).filter(|i| found[*i].is_none()).collect();
             let legacy: Vec<Vec<u8>> =
@@ -601,6 +605,14 @@ pub(crate) fn dedup_key(event_id: &str) -> [u8; DEDUP_KEY_LEN] {
     k[0] = TAG_DEDUP;
     k[1..].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(event_id.as_bytes()).to_be_bytes());
     k
+}
+
+/// The byte order of dedup keys as an integer: every key has the same tag, then 16 bytes
+/// compared as a big-endian number. Sorting by it sorts as RocksDB's comparator does.
+pub(crate) fn dedup_order(key: &[u8; DEDUP_KEY_LEN]) -> u128 {
+    let mut hash = [0u8; 16];
+    hash.copy_from_slice(&key[1..]);
+    u128::from_be_bytes(hash)
 }
 
 /// Tag + namespace byte + key.
