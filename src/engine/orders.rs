@@ -306,7 +306,6 @@ impl OrdersTask {
                 continue;
             }
             Stats::add(&stats.events_applied, 1);
-            self.derive_lines(p, out);
             if let Some(key) = dashboard::key_for(&p.event, size_ms) {
                 let entry = self.aggs.entry(key).or_insert_with(|| Entry {
                     agg: DashAgg::default(),
@@ -335,9 +334,14 @@ impl OrdersTask {
         drop(ids);
         // In put order: an id put twice in this batch (seen again past the retention) keeps
         // its later time, as the store would.
+        // The applied events' lines go to their SKUs here, where the events are ours to take
+        // apart: each line's SKU string moves into its repartition record (no copy).
         self.in_flight_dedup.clear();
         for i in &put {
             let p = &mut pending[*i];
+            if p.late.is_none() {
+                self.derive_lines(p, out);
+            }
             self.in_flight_dedup.insert(std::mem::take(&mut p.event.event_id), p.append_ms);
         }
         self.put = put;
@@ -410,8 +414,9 @@ impl OrdersTask {
         Ok(())
     }
 
-    /// Forwards the lines of an applied placed/cancelled event to the SKU that owns them.
-    fn derive_lines(&self, p: &Pending, out: &mut Vec<OutputRecord>) {
+    /// Forwards the lines of an applied placed/cancelled event to the SKU that owns them,
+    /// taking their SKU strings (the event is dropped after its finish).
+    fn derive_lines(&self, p: &mut Pending, out: &mut Vec<OutputRecord>) {
         let placed = match p.event.kind {
             EventKind::Placed => true,
             EventKind::Cancelled => false,
@@ -421,17 +426,17 @@ impl OrdersTask {
             return;
         }
         let lt = LogicalTime::new(p.effective_append_ms, self.id.source, self.id.partition, p.offset);
-        for (idx, line) in p.event.lines.iter().enumerate() {
+        for (idx, line) in p.event.lines.iter_mut().enumerate() {
+            let partition = sku_partition(&line.sku, self.cfg.sku_partitions);
             let d = Derived::Line {
                 lt,
                 idx: u32::try_from(idx).unwrap_or(u32::MAX),
-                sku: line.sku.clone(),
+                sku: std::mem::take(&mut line.sku),
                 placed,
                 qty: line.qty,
                 event_ms: p.event.event_time_ms,
                 append_ms: p.append_ms,
             };
-            let partition = sku_partition(&line.sku, self.cfg.sku_partitions);
             out.push(OutputRecord::derived(d, partition));
         }
     }
