@@ -48,6 +48,21 @@ impl TaskContext {
         }
     }
 
+    /// The application paused the partitions' fetch: their reported ends are not believed
+    /// until they are resumed ([`TaskContext::resumed`]) and have fetched for a while.
+    pub fn paused(&self, ids: &[PartitionId]) {
+        if let Ok(mut ends) = self.log_ends.lock() {
+            ends.pause(ids);
+        }
+    }
+
+    /// The application resumed the partitions' fetch (after an import, `POST /resume`).
+    pub fn resumed(&self, ids: &[PartitionId]) {
+        if let Ok(mut ends) = self.log_ends.lock() {
+            ends.resume_at(ids, Instant::now());
+        }
+    }
+
     /// Gives revoked partitions back to the group (after the stream thread's commit).
     pub fn release(consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) -> KafkaResult<()> {
         if matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative) {
@@ -72,6 +87,7 @@ impl TaskContext {
         if ids.is_empty() {
             return;
         }
+        self.paused(ids);
         if let Err(e) = consumer.pause(&self.assignment.list_of(ids)) {
             // Their records are then dropped until the import ends (no task holds them) and
             // read again from the imported checkpoint: slower, never lost.

@@ -10,13 +10,17 @@
 //! So an end counts only from a report in which the partition has been fetching (`fetch_state`
 //! "active") since a report at least [`SETTLE`] earlier: long enough for a fetch sent after it
 //! became active to have been answered (fetches wait at most 50 ms at the broker). Assigning
-//! or revoking a partition forgets what was known of it.
+//! or revoking a partition forgets what was known of it, and so does resuming it: a paused
+//! partition (waiting for its snapshot import, or `POST /pause`) is still "active" in the
+//! statistics and keeps the end of its last fetch, possibly from an earlier spell of
+//! ownership, so nothing is believed of it while paused, and its settling starts again when it
+//! resumes. Reports written before a partition was last forgotten (delivered late) say nothing.
 //!
 //! A report is dated when librdkafka wrote it ([`written_at`]), not when the application's
 //! poll delivered it: reports queue up while the stream thread restores partitions or commits,
 //! and one delivered 400 ms late describes the log as it was 400 ms earlier.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use tidemark_state::PartitionId;
@@ -30,13 +34,21 @@ pub struct LogEnds {
     ends: HashMap<PartitionId, (i64, Instant)>,
     /// Since when each partition has been reported fetching, without a gap.
     fetching_since: HashMap<PartitionId, Instant>,
+    /// Partitions paused by the application: whatever their reports say is not believed.
+    paused: HashSet<PartitionId>,
+    /// When each partition was last forgotten: reports written before then are ignored.
+    forgotten_at: HashMap<PartitionId, Instant>,
 }
 
 impl LogEnds {
     /// One partition's line of a statistics report taken at `at`.
     pub fn observe(&mut self, id: PartitionId, fetching: bool, hi_offset: i64, at: Instant) {
-        if !fetching || hi_offset < 0 {
-            self.forget(&[id]);
+        if self.forgotten_at.get(&id).is_some_and(|forgotten| at < *forgotten) {
+            return;
+        }
+        if !fetching || hi_offset < 0 || self.paused.contains(&id) {
+            self.ends.remove(&id);
+            self.fetching_since.remove(&id);
             return;
         }
         let since = *self.fetching_since.entry(id).or_insert(at);
@@ -47,10 +59,32 @@ impl LogEnds {
 
     /// The partitions changed hands: nothing reported so far says anything about them.
     pub fn forget(&mut self, ids: &[PartitionId]) {
+        self.forget_at(ids, Instant::now());
+    }
+
+    /// [`LogEnds::forget`] as of `at`: reports written before it are ignored when they arrive.
+    /// A partition that changes hands is no longer paused by the application either.
+    pub fn forget_at(&mut self, ids: &[PartitionId], at: Instant) {
         for id in ids {
             self.ends.remove(id);
             self.fetching_since.remove(id);
+            self.paused.remove(id);
+            self.forgotten_at.insert(*id, at);
         }
+    }
+
+    /// The application paused the partitions: their fetch stopped, their reports did not.
+    pub fn pause(&mut self, ids: &[PartitionId]) {
+        for id in ids {
+            self.ends.remove(id);
+            self.fetching_since.remove(id);
+            self.paused.insert(*id);
+        }
+    }
+
+    /// The application resumed the partitions as of `at`: they settle from then on.
+    pub fn resume_at(&mut self, ids: &[PartitionId], at: Instant) {
+        self.forget_at(ids, at);
     }
 
     /// When the partition's log end was last reported at or below `next`, if that report is
@@ -128,6 +162,50 @@ mod tests {
         assert_eq!(ends.caught_up_at(P, 19, Duration::from_secs(60)), None);
         ends.observe(P, true, 19, t0 + SETTLE + ms(100));
         assert_eq!(ends.end(P), None);
+    }
+
+    #[test]
+    fn a_paused_partition_is_not_caught_up_on_the_end_its_last_fetch_left_until_it_has_fetched_again() {
+        // Assigned back and paused for its import: librdkafka still calls it "active" and
+        // reports the end of a fetch from an earlier spell of ownership (19), while the log
+        // has grown. Believed, the restored task would promise past records it never read.
+        let t0 = Instant::now();
+        let mut ends = LogEnds::default();
+        ends.forget_at(&[P], t0);
+        ends.pause(&[P]);
+        for k in 0..10 {
+            ends.observe(P, true, 19, t0 + ms(100) * k);
+        }
+        assert_eq!(ends.caught_up_at(P, 25, Duration::from_secs(60)), None, "believed while paused");
+        let resumed = t0 + ms(1_000);
+        ends.resume_at(&[P], resumed);
+        ends.observe(P, true, 19, resumed - ms(10));
+        ends.observe(P, true, 19, resumed + ms(10));
+        ends.observe(P, true, 19, resumed + ms(10) + SETTLE - ms(1));
+        assert_eq!(ends.end(P), None, "a report written before the resume counted towards settling");
+        ends.observe(P, true, 60, resumed + ms(10) + SETTLE);
+        assert_eq!(ends.end(P), Some(60), "after fetching for SETTLE since the resume");
+    }
+
+    #[test]
+    fn a_partition_revoked_while_paused_and_assigned_back_is_believed_again() {
+        let t0 = Instant::now();
+        let mut ends = LogEnds::default();
+        ends.pause(&[P]);
+        ends.forget_at(&[P], t0);
+        ends.observe(P, true, 19, t0 + ms(10));
+        ends.observe(P, true, 19, t0 + ms(10) + SETTLE);
+        assert_eq!(ends.end(P), Some(19), "still taken for paused after it changed hands");
+    }
+
+    #[test]
+    fn a_report_written_before_the_assignment_but_delivered_after_says_nothing() {
+        let t0 = Instant::now();
+        let mut ends = LogEnds::default();
+        ends.forget_at(&[P], t0 + ms(500));
+        ends.observe(P, true, 19, t0);
+        ends.observe(P, true, 19, t0 + ms(500) + SETTLE - ms(1));
+        assert_eq!(ends.end(P), None, "the early report started the settling");
     }
 
     #[test]

@@ -616,8 +616,10 @@ impl Runner {
         // Partitions waiting for their import stay paused either way.
         let ids: Vec<PartitionId> = self.tasks.ids().filter(|id| !self.imports.is_importing(*id)).collect();
         let result = if want {
+            consumer.context().paused(&self.tasks.ids().collect::<Vec<_>>());
             consumer.assignment().and_then(|all| consumer.pause(&all))
         } else {
+            consumer.context().resumed(&ids);
             consumer.resume(&consumer.context().assignment.list_of(&ids))
         };
         match result {

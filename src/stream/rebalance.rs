@@ -164,6 +164,7 @@ impl Runner {
                 self.start_task(consumer, id)?;
                 self.seek_to_checkpoint(consumer, id);
                 if !self.paused {
+                    consumer.context().resumed(&[id]);
                     if let Err(e) = consumer.resume(&consumer.context().assignment.list_of(&[id])) {
                         warn!(partition = %id, error = %e, "cannot resume a partition after its import");
                     }
