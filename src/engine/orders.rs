@@ -333,9 +333,9 @@ impl OrdersTask {
         }
         drop(ids);
         // In put order: an id put twice in this batch (seen again past the retention) keeps
-        // its later time, as the store would.
-        // The applied events' lines go to their SKUs here, where the events are ours to take
-        // apart: each line's SKU string moves into its repartition record (no copy).
+        // its later time, as the store would. The applied events' lines go to their SKUs in
+        // the same pass, where the events are ours to take apart: each line's SKU string
+        // moves into its repartition record (no copy).
         self.in_flight_dedup.clear();
         for i in &put {
             let p = &mut pending[*i];

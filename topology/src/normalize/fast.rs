@@ -10,7 +10,7 @@
 //!
 //! Why not serde: serde_json finds the end of every string byte by byte (8 at a time in long
 //! ones) and goes through the derive's visitor per field. Here one pass of SSE2 compares
-//! marks every `"` and `\\` of the record in a bit mask, so a string's end is a bit scan,
+//! marks every `"` and `\` of the record in a bit mask, so a string's end is a bit scan,
 //! and one more pass tells whether the record holds a control byte at all. Measured with
 //! the criterion bench `normalize_order/10k_generator_records`: 27.6 → 18.3 ms (the fast
 //! path alone ~0.86 µs per ~1 KiB record against serde_json's ~1.30).
@@ -45,7 +45,7 @@ thread_local! {
     static MARKS: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
 }
 
-/// Bit `i % 64` of word `i / 64` is set where byte `i` of `bytes` is `"` or `\\`: one pass
+/// Bit `i % 64` of word `i / 64` is set where byte `i` of `bytes` is `"` or `\`: one pass
 /// of vector compares, after which a string's end is a bit scan.
 fn marks(bytes: &[u8], out: &mut Vec<u64>) {
     out.clear();
@@ -123,7 +123,7 @@ impl<'a> Reader<'a> {
         Reader { text, b, i: 0, marks: buffer, has_control }
     }
 
-    /// The first `"` or `\\` at or after `from`.
+    /// The first `"` or `\` at or after `from`.
     fn next_mark(&self, from: usize) -> Option<usize> {
         let mut word = from / 64;
         let mut bits = self.marks.get(word)? >> (from % 64) << (from % 64);
