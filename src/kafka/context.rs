@@ -56,11 +56,10 @@ impl TaskContext {
         }
     }
 
-    /// The application resumed the partitions' fetch (after an import, `POST /resume`).
+    /// The application resumed the partitions' fetch (after an import, `POST /resume`): as
+    /// after an assignment, nothing reported before says anything about them.
     pub fn resumed(&self, ids: &[PartitionId]) {
-        if let Ok(mut ends) = self.log_ends.lock() {
-            ends.resume_at(ids, Instant::now());
-        }
+        self.forget_log_ends(ids);
     }
 
     /// Gives revoked partitions back to the group (after the stream thread's commit).

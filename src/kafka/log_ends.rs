@@ -47,8 +47,7 @@ impl LogEnds {
             return;
         }
         if !fetching || hi_offset < 0 || self.paused.contains(&id) {
-            self.ends.remove(&id);
-            self.fetching_since.remove(&id);
+            self.unsettle(id);
             return;
         }
         let since = *self.fetching_since.entry(id).or_insert(at);
@@ -63,28 +62,29 @@ impl LogEnds {
     }
 
     /// [`LogEnds::forget`] as of `at`: reports written before it are ignored when they arrive.
-    /// A partition that changes hands is no longer paused by the application either.
+    /// A partition that changes hands, or that the application resumes, is no longer paused
+    /// and settles from `at` on.
     pub fn forget_at(&mut self, ids: &[PartitionId], at: Instant) {
         for id in ids {
-            self.ends.remove(id);
-            self.fetching_since.remove(id);
+            self.unsettle(*id);
             self.paused.remove(id);
             self.forgotten_at.insert(*id, at);
         }
     }
 
     /// The application paused the partitions: their fetch stopped, their reports did not.
+    /// Resuming them is [`LogEnds::forget`].
     pub fn pause(&mut self, ids: &[PartitionId]) {
         for id in ids {
-            self.ends.remove(id);
-            self.fetching_since.remove(id);
+            self.unsettle(*id);
             self.paused.insert(*id);
         }
     }
 
-    /// The application resumed the partitions as of `at`: they settle from then on.
-    pub fn resume_at(&mut self, ids: &[PartitionId], at: Instant) {
-        self.forget_at(ids, at);
+    /// Drops the partition's believed end and its settling.
+    fn unsettle(&mut self, id: PartitionId) {
+        self.ends.remove(&id);
+        self.fetching_since.remove(&id);
     }
 
     /// When the partition's log end was last reported at or below `next`, if that report is
@@ -178,7 +178,7 @@ mod tests {
         }
         assert_eq!(ends.caught_up_at(P, 25, Duration::from_secs(60)), None, "believed while paused");
         let resumed = t0 + ms(1_000);
-        ends.resume_at(&[P], resumed);
+        ends.forget_at(&[P], resumed);
         ends.observe(P, true, 19, resumed - ms(10));
         ends.observe(P, true, 19, resumed + ms(10));
         ends.observe(P, true, 19, resumed + ms(10) + SETTLE - ms(1));
