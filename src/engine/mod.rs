@@ -7,7 +7,8 @@
 //!   finance partials, lines by SKU ([`derive`]: the repartition records and progress marks).
 //! - [`inventory`]: an `inventory` partition's task: snapshots by SKU.
 //! - [`sku_task`]: a SKU repartition partition's task: the merge in logical-time order, the
-//!   rules and the outbox rows ([`outbox`]); `sku_phase`: its stock and window phases.
+//!   rules and the outbox rows ([`outbox`]); `sku_phase`: its stock and window phases;
+//!   `merge_buffer`: what waits for the upstreams' promises, one queue per upstream.
 //! - [`combine`]: the combined rows of every aggregate key ([`forward`]: the partials sent
 //!   to it).
 //! - [`output`], [`record`], [`stats`], [`held`]: what tasks emit, read, count and hold;
@@ -19,6 +20,7 @@ pub mod derive;
 pub mod forward;
 pub mod held;
 pub mod inventory;
+mod merge_buffer;
 pub mod orders;
 pub mod outbox;
 pub mod output;

@@ -36,7 +36,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 use tidemark_state::{codec, Checkpoint, Namespace, PartitionId, StateError, StateView, StateWrite};
@@ -46,13 +45,12 @@ use tidemark_topology::sku::ActionIntent;
 use tidemark_topology::window::WindowPolicy;
 
 use super::derive::{Derived, Head};
+use super::merge_buffer::{BufferKey, MergeBuffer};
 use super::outbox::{OutboxRow, RowState};
 use super::output::OutputRecord;
 use super::record::SourceRecord;
 use super::sku_phase::{phases, Phase, PhaseKind, Upstream};
 use super::stats::Stats;
-
-type BufferKey = (LogicalTime, u32);
 
 /// Where a line or snapshot waits in the merge buffer: its logical time, then its index in
 /// its event (0 for a snapshot). `None` for a mark, which is never buffered.
@@ -136,7 +134,7 @@ pub struct SkuTask {
     phases: Vec<Phase>,
     checkpoint: Checkpoint,
     meta: Meta,
-    buffer: BTreeMap<BufferKey, Buffered>,
+    buffer: MergeBuffer<Buffered>,
     /// Where the window phase running ahead looks next: every buffered record below it that
     /// it reads is `early_done`.
     early_from: Option<BufferKey>,
@@ -192,7 +190,7 @@ impl SkuTask {
                 (PhaseKind::Windows, None) => {}
             }
         }
-        let mut buffer = BTreeMap::new();
+        let mut buffer = MergeBuffer::default();
         for (k, v) in store.load_aggregates(id, Namespace::MergeBuffer)? {
             let key: BufferKey = codec::decode("merge buffer key", &k)?;
             // The versioned codec, or the JSON that versions before it wrote: rows buffered
@@ -459,11 +457,7 @@ impl SkuTask {
         let bounds = self.bounds();
         if let Some(bound) = self.phases.first().and_then(|p| p.bound(&bounds)) {
             let single = self.phases.len() == 1;
-            while let Some(entry) = self.buffer.first_entry() {
-                if entry.key().0 >= bound {
-                    break;
-                }
-                let (key, buffered) = entry.remove_entry();
+            while let Some((key, buffered)) = self.buffer.pop_below(bound) {
                 if single {
                     crate::telemetry::events::merge_released(now_ms - key.0.append_ms);
                 }
@@ -516,10 +510,9 @@ impl SkuTask {
     ) -> Result<(), StateError> {
         let bounds = self.bounds();
         let Some(bound) = self.phases.get(1).and_then(|p| p.bound(&bounds)) else { return Ok(()) };
-        let from = self.early_from.map_or(Bound::Unbounded, Bound::Included);
         let mut next = None;
         let mut due: Vec<BufferKey> = Vec::new();
-        for (key, b) in self.buffer.range((from, Bound::Unbounded)) {
+        for (key, b) in self.buffer.range_from(self.early_from) {
             if key.0 >= bound {
                 next = Some(*key);
                 break;
@@ -537,7 +530,7 @@ impl SkuTask {
         }
         // Everything below `next` is done; with nothing at or above the bound, the next look
         // starts after the last key.
-        self.early_from = next.or_else(|| self.buffer.keys().next_back().map(|k| (k.0, k.1.saturating_add(1))));
+        self.early_from = next.or_else(|| self.buffer.last_key().map(|k| (k.0, k.1.saturating_add(1))));
         Ok(())
     }
 
