@@ -132,7 +132,7 @@ fn recompute(orders: &str) -> (Totals, u64) {
             continue;
         }
         let Some(c) = e.currency.filter(|_| e.kind != EventKind::Shipped) else { continue };
-        let w = want.entry((e.store.clone(), c.code().to_string())).or_default();
+        let w = want.entry((e.store.to_string(), c.code().to_string())).or_default();
         match e.kind {
             EventKind::Placed => {
                 w.0 += 1;

@@ -79,7 +79,7 @@ fn bad_records_are_dead_lettered_with_their_reason_and_the_good_events_around_th
             continue;
         }
         let Some(c) = e.currency else { continue };
-        let w = want.entry((e.store.clone(), c.code().to_string())).or_default();
+        let w = want.entry((e.store.to_string(), c.code().to_string())).or_default();
         match e.kind {
             EventKind::Placed => {
                 w.0 += 1;

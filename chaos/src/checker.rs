@@ -105,7 +105,7 @@ pub fn expectations(settings: &KafkaSettings, orders: &str) -> anyhow::Result<(B
             continue;
         }
         let Some(c) = e.currency else { continue };
-        let t = totals.entry((e.store.clone(), c.code().to_string())).or_default();
+        let t = totals.entry((e.store.to_string(), c.code().to_string())).or_default();
         match e.kind {
             EventKind::Placed => {
                 t.0 += 1;

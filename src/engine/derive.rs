@@ -17,6 +17,7 @@
 //! such records, still in the topic or a merge buffer after an upgrade, decode too: a JSON
 //! object starts with `{`, a codec value with [`codec::VERSION`].
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use tidemark_state::{codec, Checkpoint, PartitionId, StateError};
 use tidemark_topology::logical::LogicalTime;
@@ -30,7 +31,7 @@ pub enum Derived {
         lt: LogicalTime,
         /// Position of the line in its event, to tell lines of one source record apart.
         idx: u32,
-        sku: String,
+        sku: CompactString,
         placed: bool,
         qty: u32,
         event_ms: i64,
@@ -38,7 +39,7 @@ pub enum Derived {
     },
     Snapshot {
         lt: LogicalTime,
-        sku: String,
+        sku: CompactString,
         on_hand: i64,
         as_of_ms: i64,
         append_ms: i64,
@@ -58,9 +59,26 @@ impl<'de> Deserialize<'de> for Legacy {
         #[derive(Deserialize)]
         #[serde(tag = "k", rename_all = "snake_case")]
         enum Tagged {
-            Line { lt: LogicalTime, idx: u32, sku: String, placed: bool, qty: u32, event_ms: i64, append_ms: i64 },
-            Snapshot { lt: LogicalTime, sku: String, on_hand: i64, as_of_ms: i64, append_ms: i64 },
-            Mark { upstream: (u16, i32), bound: LogicalTime },
+            Line {
+                lt: LogicalTime,
+                idx: u32,
+                sku: CompactString,
+                placed: bool,
+                qty: u32,
+                event_ms: i64,
+                append_ms: i64,
+            },
+            Snapshot {
+                lt: LogicalTime,
+                sku: CompactString,
+                on_hand: i64,
+                as_of_ms: i64,
+                append_ms: i64,
+            },
+            Mark {
+                upstream: (u16, i32),
+                bound: LogicalTime,
+            },
         }
         Ok(Legacy(match Tagged::deserialize(d)? {
             Tagged::Line { lt, idx, sku, placed, qty, event_ms, append_ms } => {

@@ -2,6 +2,7 @@
 //! them, with their logical time, to the SKU that owns them. It keeps no state but its
 //! checkpoint: which snapshot is current is decided downstream, in logical-time order.
 
+use compact_str::CompactString;
 use tidemark_state::{Checkpoint, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::normalize::{normalize_inventory_with, NormalizeLimits};
@@ -70,7 +71,7 @@ impl InventoryTask {
             Ok(s) => {
                 let d = Derived::Snapshot {
                     lt: LogicalTime::new(self.checkpoint.max_append_ms, self.id.source, self.id.partition, rec.offset),
-                    sku: s.sku.clone(),
+                    sku: CompactString::from(s.sku.as_str()),
                     on_hand: s.on_hand,
                     as_of_ms: s.as_of_ms,
                     append_ms: rec.append_ms,

@@ -14,6 +14,7 @@
 //! where a commit interval happened to end, so a replay after a crash reproduces the same
 //! state, versions and outputs.
 
+use compact_str::CompactString;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::NaiveDate;
@@ -112,12 +113,12 @@ pub struct OrdersTask {
     uncommitted: bool,
     /// Ids applied by earlier [`OrdersTask::finish`] calls whose batch is not committed
     /// yet; `Some` only when several finishes share one commit (micro-batch slices).
-    held_dedup: Option<IdMap<String>>,
+    held_dedup: Option<IdMap<CompactString>>,
     /// The ids the last [`OrdersTask::finish`] put, with their append times: the stream
     /// thread finishes a batch while the one before it is still being written (the store
     /// cannot answer for those ids yet), and one batch at most is in flight. Replaced by
     /// every finish; the strings are the events' own, moved, not copied.
-    in_flight_dedup: IdMap<String>,
+    in_flight_dedup: IdMap<CompactString>,
     /// Indexes of the pending events a finish put (reused).
     put: Vec<usize>,
     /// Whether the next finish emits the rows of changed aggregates ([`OrdersTask::publish`]).
@@ -331,7 +332,7 @@ impl OrdersTask {
         }
 
         if let Some(held) = &mut self.held_dedup {
-            held.extend(seen_now.into_iter().map(|(id, t)| (id.to_string(), t)));
+            held.extend(seen_now.into_iter().map(|(id, t)| (CompactString::from(id), t)));
         } else {
             drop(seen_now);
         }

@@ -65,7 +65,7 @@ fn upstream_log(rng: &mut ChaCha8Rng, upstream: (u16, i32), n: usize) -> Vec<Der
         let sku = skus[rng.gen_range(0..skus.len())].to_string();
         if upstream.0 == PartitionId::INVENTORY {
             let as_of_ms = append_ms - rng.gen_range(0..3 * MIN);
-            out.push(Derived::Snapshot { lt, sku, on_hand: rng.gen_range(0..15), as_of_ms, append_ms });
+            out.push(Derived::Snapshot { lt, sku: sku.into(), on_hand: rng.gen_range(0..15), as_of_ms, append_ms });
         } else {
             // Some events arrive late: their event time lies minutes before their append time.
             let event_ms =
@@ -74,7 +74,15 @@ fn upstream_log(rng: &mut ChaCha8Rng, upstream: (u16, i32), n: usize) -> Vec<Der
             for idx in 0..lines {
                 let sku = skus[rng.gen_range(0..skus.len())].to_string();
                 let placed = rng.gen_bool(0.85);
-                out.push(Derived::Line { lt, idx, sku, placed, qty: rng.gen_range(1..4), event_ms, append_ms });
+                out.push(Derived::Line {
+                    lt,
+                    idx,
+                    sku: sku.into(),
+                    placed,
+                    qty: rng.gen_range(1..4),
+                    event_ms,
+                    append_ms,
+                });
             }
         }
         if rng.gen_bool(0.3) {

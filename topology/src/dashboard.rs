@@ -7,6 +7,7 @@
 //! them, so both are derived from data and replay identically.
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::currency::Currency;
@@ -18,7 +19,7 @@ use crate::window::window_start;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct DashKey {
     pub window_start_ms: i64,
-    pub store: String,
+    pub store: CompactString,
     pub currency: Currency,
 }
 
@@ -84,7 +85,7 @@ pub fn record(key: &DashKey, partition: i32, agg: &DashAgg, window_size_ms: i64)
     DashboardRecord {
         window_start: rfc3339_ms(key.window_start_ms),
         window_end: rfc3339_ms(key.window_start_ms + window_size_ms),
-        store: key.store.clone(),
+        store: key.store.to_string(),
         currency: c.code().to_string(),
         source_partition: partition,
         figures: agg.figures.canonical(c),
@@ -104,6 +105,27 @@ mod tests {
     use super::*;
     use crate::event::test_event as ev;
     use rust_decimal::Decimal;
+
+    /// State keys written before the store was a `CompactString` must still be found.
+    #[test]
+    fn a_key_encodes_and_decodes_as_it_did_with_a_string_store() {
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct Before {
+            window_start_ms: i64,
+            store: String,
+            currency: Currency,
+        }
+        let config = bincode::config::standard();
+        let currency: Currency = serde_json::from_str("\"JPY\"").expect("currency");
+        for store in ["tokyo-01", "a-store-name-longer-than-twenty-four-bytes"] {
+            let key = DashKey { window_start_ms: 1_764_300_000_000, store: store.into(), currency };
+            let before = Before { window_start_ms: key.window_start_ms, store: store.to_string(), currency };
+            let bytes = bincode::serde::encode_to_vec(&before, config).expect("encode");
+            assert_eq!(bincode::serde::encode_to_vec(&key, config).expect("encode"), bytes);
+            let (back, _): (DashKey, usize) = bincode::serde::decode_from_slice(&bytes, config).expect("decode");
+            assert_eq!(back, key);
+        }
+    }
 
     #[test]
     fn net_is_gross_minus_cancelled_minus_refunded_and_version_counts_events() {

@@ -3,6 +3,7 @@
 //! Both schema versions normalise into these types (see [`crate::normalize`]), so windows,
 //! rules, dashboard and finance never see which encoding an event arrived in.
 
+use compact_str::CompactString;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +34,7 @@ impl EventKind {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Line {
-    pub sku: String,
+    pub sku: CompactString,
     /// Always ≥ 1.
     pub qty: u32,
     /// Major units at the event currency's canonical scale; `None` only on shipped lines.
@@ -42,16 +43,16 @@ pub struct Line {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CanonicalEvent {
-    pub event_id: String,
-    pub order_id: String,
+    pub event_id: CompactString,
+    pub order_id: CompactString,
     pub kind: EventKind,
     /// UTC epoch milliseconds; sub-millisecond precision is truncated toward −∞.
     pub event_time_ms: i64,
-    pub store: String,
+    pub store: CompactString,
     /// `None` only for a shipped event that carries no money.
     pub currency: Option<Currency>,
     /// Sales channel; only schema v2 carries it.
-    pub channel: Option<String>,
+    pub channel: Option<CompactString>,
     /// Empty for refunded events.
     pub lines: Vec<Line>,
     /// `Some` only for refunded events, at canonical scale.

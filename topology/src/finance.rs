@@ -18,6 +18,7 @@
 //! A change to anything here that changes a result must bump [`DEFINITION_VERSION`]: run ids
 //! and published closes name the version they were computed with.
 
+use compact_str::CompactString;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, NaiveDate, TimeDelta, TimeZone};
@@ -58,7 +59,7 @@ pub fn day_bounds_ms(day: NaiveDate, tz: Tz) -> Option<(i64, i64)> {
 /// One row of a business day.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FinanceKey {
-    pub store: String,
+    pub store: CompactString,
     pub currency: Currency,
 }
 
@@ -102,7 +103,7 @@ impl FinanceRow {
         let c = key.currency;
         FinanceRow {
             day: day.to_string(),
-            store: key.store.clone(),
+            store: key.store.to_string(),
             currency: c.code().to_string(),
             figures: agg.canonical(c),
             net: c.canonical(agg.net()),

@@ -14,6 +14,7 @@
 
 use chrono::NaiveDate;
 use chrono_tz::Tz;
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::currency::Currency;
@@ -26,7 +27,7 @@ use crate::finance::{day_bounds_ms, FinanceAgg};
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ProvKey {
     pub day: NaiveDate,
-    pub store: String,
+    pub store: CompactString,
     pub currency: Currency,
 }
 
@@ -111,7 +112,7 @@ impl ProvisionalRecord {
         let (c, sums) = (key.currency, &agg.sums);
         ProvisionalRecord {
             day: key.day.to_string(),
-            store: key.store.clone(),
+            store: key.store.to_string(),
             currency: c.code().to_string(),
             source_partition: partition,
             figures: sums.canonical(c),

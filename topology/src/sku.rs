@@ -44,6 +44,8 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use compact_str::CompactString;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::Rule;
@@ -57,7 +59,7 @@ pub use state::{Folded, RuleRef, SkuState, Stock, Units, WindowFired};
 /// (`Some` to write, `None` to delete), keyed by event-time millisecond.
 #[derive(Clone, Debug)]
 pub struct DirtySku {
-    pub sku: String,
+    pub sku: CompactString,
     pub core: SkuState,
     pub lines: Vec<(i64, Option<Units>)>,
 }
@@ -75,9 +77,9 @@ pub enum LineKind {
 pub enum SkuInput {
     /// One order line after dedup: placed lines take stock, cancelled ones return it
     /// (shipped and refunded events have no inventory effect and never arrive).
-    Line { sku: String, kind: LineKind, qty: u32, event_time_ms: i64, append_ms: i64 },
+    Line { sku: CompactString, kind: LineKind, qty: u32, event_time_ms: i64, append_ms: i64 },
     /// A warehouse stock snapshot (SPEC §1.2).
-    Snapshot { sku: String, on_hand: i64, as_of_ms: i64, append_ms: i64 },
+    Snapshot { sku: CompactString, on_hand: i64, as_of_ms: i64, append_ms: i64 },
 }
 
 impl SkuInput {
@@ -110,8 +112,8 @@ pub struct SkuProcessor {
     /// expression rules' `preceding_windows`).
     baseline_reach: u32,
     watermark: Watermark,
-    skus: BTreeMap<String, SkuState>,
-    dirty: BTreeSet<String>,
+    skus: BTreeMap<CompactString, SkuState>,
+    dirty: BTreeSet<CompactString>,
     /// [`Self::prune_marks`] at the last [`Self::expire`]: while they stay put, nothing new
     /// can be pruned, so `expire` on every commit costs nothing between window boundaries.
     expired_at: Option<(i64, i64)>,
@@ -158,7 +160,7 @@ impl SkuProcessor {
         let reach = self.window_reach_start();
         let clock = self.clock();
         let tracks_stock = self.tracks_stock;
-        let state = self.skus.entry(sku.to_string()).or_default();
+        let state = self.skus.entry(CompactString::from(sku)).or_default();
         let mut changed = false;
         if tracks_stock {
             changed |= state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
@@ -183,7 +185,7 @@ impl SkuProcessor {
             }
             return Vec::new();
         }
-        self.dirty.insert(sku.to_string());
+        self.dirty.insert(CompactString::from(sku));
         evaluate(&self.rules, sku, state, open, Cause { event_ms: t, append_ms, clock })
     }
 
@@ -198,11 +200,11 @@ impl SkuProcessor {
         let wm = self.watermark();
         let policy = self.policy;
         let clock = self.clock();
-        let state = self.skus.entry(sku.to_string()).or_default();
+        let state = self.skus.entry(CompactString::from(sku)).or_default();
         // Settle first, so which lines the snapshot sees does not depend on when `expire` ran.
         state.settle(|at| policy.expired(window_start(at, policy.size_ms), wm));
         state.set_stock(stock);
-        self.dirty.insert(sku.to_string());
+        self.dirty.insert(CompactString::from(sku));
         evaluate(&self.rules, sku, state, None, Cause { event_ms: stock.as_of_ms, append_ms, clock })
     }
 
@@ -253,7 +255,8 @@ impl SkuProcessor {
 
     /// Loads the persisted state of one SKU (without its lines, which follow through
     /// [`SkuProcessor::restore_line`]); call before applying inputs for it.
-    pub fn restore(&mut self, sku: String, mut state: SkuState) {
+    pub fn restore(&mut self, sku: impl Into<CompactString>, mut state: SkuState) {
+        let sku = sku.into();
         self.expired_at = None;
         if state.adopt_inline_lines() {
             self.dirty.insert(sku.clone());
@@ -265,11 +268,12 @@ impl SkuProcessor {
 
     /// Takes over a SKU's state built elsewhere (a state split off another processor's, see
     /// [`SkuState::window_part`]): it is persisted at the next [`Self::take_dirty`].
-    pub fn adopt(&mut self, sku: String, state: SkuState) {
+    pub fn adopt(&mut self, sku: impl Into<CompactString>, state: SkuState) {
         self.expired_at = None;
         if state.is_empty() {
             return;
         }
+        let sku = sku.into();
         self.dirty.insert(sku.clone());
         self.skus.insert(sku, state);
     }
@@ -287,7 +291,7 @@ impl SkuProcessor {
         } else {
             let mut state = SkuState::default();
             state.restore_line(event_time_ms, units);
-            self.skus.insert(sku.to_string(), state);
+            self.skus.insert(CompactString::from(sku), state);
         }
     }
 
@@ -295,7 +299,7 @@ impl SkuProcessor {
     /// snapshot's sum), windows out of baseline reach, fired marks of closed windows.
     /// Returns the SKUs whose state became empty, with the line rows to delete; they are
     /// forgotten here, and the runtime deletes their rows.
-    pub fn expire(&mut self) -> Vec<(String, Vec<i64>)> {
+    pub fn expire(&mut self) -> Vec<(CompactString, Vec<i64>)> {
         let (Some(marks), Some(reach)) = (self.prune_marks(), self.window_reach_start()) else {
             return Vec::new();
         };

@@ -203,7 +203,7 @@ pub fn batch(src: &dyn Source, cfg: &TaskConfig) -> anyhow::Result<BatchFigures>
 /// The event's finance row as `(day, store, currency)` and what it adds there.
 fn finance_contribution(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<((String, String, String), FinanceAgg)> {
     let (day, key, agg) = contribution(event, cfg.finance_tz)?;
-    Some(((day.to_string(), key.store, key.currency.code().to_string()), agg))
+    Some(((day.to_string(), key.store.to_string(), key.currency.code().to_string()), agg))
 }
 
 fn dashboard_key(event: &CanonicalEvent, cfg: &TaskConfig) -> Option<String> {

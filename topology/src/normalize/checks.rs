@@ -1,6 +1,7 @@
 //! Checks 6–12 of the [check order](super#check-order): the failures of one record
 //! collected, the highest-ranked one kept, and the field checks they are made of.
 
+use compact_str::CompactString;
 use std::fmt;
 
 use chrono::DateTime;
@@ -31,7 +32,11 @@ impl Checks {
 
     /// A required identifier field: missing, not a string or blank is `invalid_field`, and
     /// anything but an identifier `invalid_identifier`. `None` only in the first case.
-    pub(super) fn required_identifier(&mut self, value: Option<Json<'_>>, name: &dyn fmt::Display) -> Option<String> {
+    pub(super) fn required_identifier(
+        &mut self,
+        value: Option<Json<'_>>,
+        name: &dyn fmt::Display,
+    ) -> Option<CompactString> {
         let value = self.ok(text(value, name, RejectReason::InvalidField))?;
         self.identifier(&value, name);
         Some(value)
@@ -102,9 +107,10 @@ pub(super) fn text(
     value: Option<Json<'_>>,
     name: &dyn fmt::Display,
     reason: RejectReason,
-) -> Result<String, Rejection> {
+) -> Result<CompactString, Rejection> {
     match value {
-        Some(Json::Str(s)) if !s.trim().is_empty() => Ok(s.into_owned()),
+        // Up to 24 bytes (an id, a store, a SKU) without allocating.
+        Some(Json::Str(s)) if !s.trim().is_empty() => Ok(CompactString::from(s)),
         Some(Json::Str(s)) => Err(Rejection::new(reason, format!("{name} = {s:?} is blank"))),
         other => Err(Rejection::new(
             reason,

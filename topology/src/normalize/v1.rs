@@ -1,6 +1,7 @@
 //! Schema v1: RFC 3339 `event_time`, one top-level `currency`, prices as decimal strings in
 //! major units.
 
+use compact_str::CompactString;
 use std::fmt;
 
 use rust_decimal::Decimal;
@@ -26,7 +27,7 @@ pub(super) struct RawLine<'a> {
 /// Steps 4 onwards of the check order; `checks` holds what the caller found so far.
 pub(super) fn normalize(
     raw: RawOrder<'_>,
-    event_id: String,
+    event_id: CompactString,
     append_time_ms: i64,
     mut checks: Checks,
 ) -> Result<CanonicalEvent, Rejection> {
@@ -97,7 +98,7 @@ pub(super) fn normalize(
 fn line(checks: &mut Checks, kind: EventKind, currency: Option<Currency>, i: usize, line: Obj<RawLine<'_>>) -> Line {
     let Obj::Ok(line) = line else {
         checks.fail(Rejection::new(RejectReason::InvalidField, format!("lines[{i}] is not an object")));
-        return Line { sku: String::new(), qty: 0, unit_price: None };
+        return Line { sku: CompactString::default(), qty: 0, unit_price: None };
     };
     let sku = checks.required_identifier(line.sku, &At("lines", i, "sku"));
     let qty = checks.ok(quantity(line.qty.as_ref(), &At("lines", i, "qty")));

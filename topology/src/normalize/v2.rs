@@ -1,6 +1,7 @@
 //! Schema v2: `occurred_at_ms` epoch milliseconds, a currency on every price, amounts as
 //! integers of minor units. The event currency is the one all its prices share.
 
+use compact_str::CompactString;
 use std::fmt;
 
 use chrono::DateTime;
@@ -35,7 +36,7 @@ pub(super) struct RawMoney<'a> {
 /// Steps 4 onwards of the check order; `checks` holds what the caller found so far.
 pub(super) fn normalize(
     raw: RawOrder<'_>,
-    event_id: String,
+    event_id: CompactString,
     append_time_ms: i64,
     mut checks: Checks,
 ) -> Result<CanonicalEvent, Rejection> {
@@ -62,7 +63,7 @@ pub(super) fn normalize(
     let store = checks.required_identifier(raw.store_id, &"store_id");
     let channel = match raw.channel {
         None => None,
-        Some(Json::Str(s)) => Some(s.into_owned()),
+        Some(Json::Str(s)) => Some(CompactString::from(s)),
         Some(other) => {
             checks.fail(Rejection::new(RejectReason::InvalidField, format!("channel = {other} is not a string")));
             None
@@ -143,7 +144,7 @@ impl EventCurrency {
 fn line(checks: &mut Checks, money: &mut EventCurrency, kind: EventKind, i: usize, item: Obj<RawItem<'_>>) -> Line {
     let Obj::Ok(item) = item else {
         checks.fail(Rejection::new(RejectReason::InvalidField, format!("items[{i}] is not an object")));
-        return Line { sku: String::new(), qty: 0, unit_price: None };
+        return Line { sku: CompactString::default(), qty: 0, unit_price: None };
     };
     let sku = checks.required_identifier(item.sku, &At("items", i, "sku"));
     let qty = checks.ok(quantity(item.quantity.as_ref(), &At("items", i, "quantity")));

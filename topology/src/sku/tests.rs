@@ -500,13 +500,13 @@ fn expire_prunes_and_returns_the_skus_left_empty() {
 
     // A line on another SKU moves the watermark past T0's and T0+1m's retention.
     d.feed(&[line("SKU-C", LineKind::Placed, 1, T0 + 2 * MIN + 7 * HOUR)]);
-    assert_eq!(d.p.expire(), [("SKU-A".to_string(), vec![T0])], "with the line row to delete");
+    assert_eq!(d.p.expire(), [(compact_str::CompactString::from("SKU-A"), vec![T0])], "with the line row to delete");
     assert!(d.p.state("SKU-A").is_none());
     let s = d.p.state(SKU).expect("a SKU with a snapshot is kept");
     assert_eq!((s.exact_line_count(), s.window_count()), (1, 0));
     assert_eq!(d.p.held(), SkuHeld { skus: 2, lines: 2, windows: 1 }, "SKU-A forgotten, SKU-C new");
     assert_eq!(s.available(), Some(1), "lines folded past retention still count against the snapshot");
-    let dirty: Vec<String> = d.p.take_dirty().into_iter().map(|x| x.sku).collect();
+    let dirty: Vec<String> = d.p.take_dirty().into_iter().map(|x| x.sku.to_string()).collect();
     assert_eq!(dirty, [SKU, "SKU-C"]);
 
     // A newer snapshot passing the folded lines releases them.
@@ -564,7 +564,11 @@ fn expire_also_prunes_state_restored_after_it_last_ran() {
     d.feed(&[line("SKU-C", LineKind::Placed, 1, T0 + 8 * HOUR)]);
     assert!(d.p.expire().is_empty());
     transplant(&mut old.p, &mut d.p);
-    assert_eq!(d.p.expire(), [("SKU-A".to_string(), vec![T0])], "same watermark, but new state to look at");
+    assert_eq!(
+        d.p.expire(),
+        [(compact_str::CompactString::from("SKU-A"), vec![T0])],
+        "same watermark, but new state to look at"
+    );
     assert!(d.p.expire().is_empty());
 }
 
@@ -586,7 +590,7 @@ fn a_state_of_the_first_format_with_inline_lines_is_rewritten_as_rows_at_the_nex
     let mut old = serde_json::to_value(&x.core).expect("encode");
     old["lines"] = serde_json::json!({ T0.to_string(): {"placed": 4, "cancelled": 0}, (T0 + SEC).to_string(): {"placed": 1, "cancelled": 0} });
     let mut fresh = Driver::new(vec![oversell()]);
-    fresh.p.restore(SKU.into(), serde_json::from_value(old).expect("decode"));
+    fresh.p.restore(SKU, serde_json::from_value(old).expect("decode"));
     assert_eq!(fresh.p.state(SKU), d.p.state(SKU));
     let again = fresh.p.take_dirty();
     assert_eq!(again.len(), 1, "the adopted state is persisted again");
