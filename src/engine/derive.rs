@@ -56,29 +56,13 @@ struct Legacy(Derived);
 
 impl<'de> Deserialize<'de> for Legacy {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        type Sku = CompactString;
         #[derive(Deserialize)]
         #[serde(tag = "k", rename_all = "snake_case")]
         enum Tagged {
-            Line {
-                lt: LogicalTime,
-                idx: u32,
-                sku: CompactString,
-                placed: bool,
-                qty: u32,
-                event_ms: i64,
-                append_ms: i64,
-            },
-            Snapshot {
-                lt: LogicalTime,
-                sku: CompactString,
-                on_hand: i64,
-                as_of_ms: i64,
-                append_ms: i64,
-            },
-            Mark {
-                upstream: (u16, i32),
-                bound: LogicalTime,
-            },
+            Line { lt: LogicalTime, idx: u32, sku: Sku, placed: bool, qty: u32, event_ms: i64, append_ms: i64 },
+            Snapshot { lt: LogicalTime, sku: Sku, on_hand: i64, as_of_ms: i64, append_ms: i64 },
+            Mark { upstream: (u16, i32), bound: LogicalTime },
         }
         Ok(Legacy(match Tagged::deserialize(d)? {
             Tagged::Line { lt, idx, sku, placed, qty, event_ms, append_ms } => {
