@@ -14,10 +14,10 @@
 //! where a commit interval happened to end, so a replay after a crash reproduces the same
 //! state, versions and outputs.
 
-use compact_str::CompactString;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::NaiveDate;
+use compact_str::CompactString;
 use tidemark_state::{codec, Checkpoint, Namespace, PartitionId, StateError, StateView, StateWrite, Store};
 use tidemark_topology::config::Topology;
 use tidemark_topology::dashboard::{self, DashAgg, DashKey};
@@ -85,8 +85,10 @@ struct Pending {
     late: Option<(Option<Vec<u8>>, Vec<u8>, i64)>,
 }
 
-/// The most pending events whose room a task keeps from one batch to the next (~250 bytes
-/// each): a poll's batch is far smaller; a larger room (a long catch-up batch) is let go.
+/// The most pending events whose room a task keeps from one batch to the next (~260 bytes
+/// each). A commit's batch holds at most `state.max_batch_records` records (20,000 by
+/// default), so the room kept is what the largest batch of a partition needed; the room of a
+/// larger configured batch is let go after each finish.
 const PENDING_KEPT: usize = 1 << 16;
 
 /// First-seen append times by event id, for a batch or the commits in flight. Ids come from

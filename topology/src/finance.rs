@@ -18,11 +18,11 @@
 //! A change to anything here that changes a result must bump [`DEFINITION_VERSION`]: run ids
 //! and published closes name the version they were computed with.
 
-use compact_str::CompactString;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, NaiveDate, TimeDelta, TimeZone};
 use chrono_tz::Tz;
+use compact_str::CompactString;
 
 use crate::currency::Currency;
 use crate::event::{CanonicalEvent, EventKind};

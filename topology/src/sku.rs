@@ -45,7 +45,6 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 
 use compact_str::CompactString;
-
 use serde::{Deserialize, Serialize};
 
 use crate::config::Rule;

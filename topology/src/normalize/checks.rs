@@ -1,10 +1,10 @@
 //! Checks 6–12 of the [check order](super#check-order): the failures of one record
 //! collected, the highest-ranked one kept, and the field checks they are made of.
 
-use compact_str::CompactString;
 use std::fmt;
 
 use chrono::DateTime;
+use compact_str::CompactString;
 use rust_decimal::Decimal;
 
 use super::json::Json;

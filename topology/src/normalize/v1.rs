@@ -1,9 +1,9 @@
 //! Schema v1: RFC 3339 `event_time`, one top-level `currency`, prices as decimal strings in
 //! major units.
 
-use compact_str::CompactString;
 use std::fmt;
 
+use compact_str::CompactString;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 

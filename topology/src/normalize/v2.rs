@@ -1,10 +1,10 @@
 //! Schema v2: `occurred_at_ms` epoch milliseconds, a currency on every price, amounts as
 //! integers of minor units. The event currency is the one all its prices share.
 
-use compact_str::CompactString;
 use std::fmt;
 
 use chrono::DateTime;
+use compact_str::CompactString;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
