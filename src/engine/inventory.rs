@@ -2,7 +2,6 @@
 //! them, with their logical time, to the SKU that owns them. It keeps no state but its
 //! checkpoint: which snapshot is current is decided downstream, in logical-time order.
 
-use compact_str::CompactString;
 use tidemark_state::{Checkpoint, PartitionId, StateError, StateView, StateWrite};
 use tidemark_topology::logical::LogicalTime;
 use tidemark_topology::normalize::{normalize_inventory_with, NormalizeLimits};
@@ -69,14 +68,14 @@ impl InventoryTask {
         let value = rec.value.unwrap_or_default();
         match normalize_inventory_with(rec.value, self.limits) {
             Ok(s) => {
+                let partition = sku_partition(&s.sku, self.sku_partitions);
                 let d = Derived::Snapshot {
                     lt: LogicalTime::new(self.checkpoint.max_append_ms, self.id.source, self.id.partition, rec.offset),
-                    sku: CompactString::from(s.sku.as_str()),
+                    sku: s.sku,
                     on_hand: s.on_hand,
                     as_of_ms: s.as_of_ms,
                     append_ms: rec.append_ms,
                 };
-                let partition = sku_partition(&s.sku, self.sku_partitions);
                 out.push(OutputRecord::derived(d, partition));
             }
             Err(rejection) => {

@@ -113,7 +113,7 @@ fn saturating_lines_sum(lines: &[Line]) -> Decimal {
 /// The warehouse's stock for one sku as of a point in time (the `inventory` table row).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InventorySnapshot {
-    pub sku: String,
+    pub sku: CompactString,
     /// Never negative.
     pub on_hand: i64,
     /// UTC epoch milliseconds.

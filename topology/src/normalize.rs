@@ -221,7 +221,7 @@ pub fn normalize_inventory_with(value: Option<&[u8]>, limits: NormalizeLimits) -
             format!("{} is not a non-negative integer", describe(&"on_hand", raw.on_hand.as_ref())),
         ));
     };
-    Ok(InventorySnapshot { sku: sku.into_string(), on_hand, as_of_ms })
+    Ok(InventorySnapshot { sku, on_hand, as_of_ms })
 }
 
 /// Every field either version defines, so a record is parsed once whatever its version.
