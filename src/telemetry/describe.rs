@@ -48,6 +48,7 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
     ("tidemark_state_volume_capacity_bytes", Gauge, "Size of the volume holding --state-dir"),
     ("tidemark_state_volume_available_bytes", Gauge, "Bytes available on the volume holding --state-dir"),
     ("tidemark_state_memory_bytes", Gauge, "Memory the state store holds by RocksDB's accounting, by kind"),
+    ("tidemark_state_dedup_folds_total", Counter, "Folds of recent dedup entries into table files, by result (done, failed)"),
     ("tidemark_task_entries", Gauge, "Entries the tasks hold in memory, by kind"),
     ("tidemark_fences_total", Counter, "Fence records appended to idle input partitions (internal.idle_promise = fence), by outcome"),
     ("tidemark_task_transitions_refused_total", Counter, "Task state changes the lifecycle refused (a defect)"),

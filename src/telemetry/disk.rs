@@ -9,7 +9,8 @@
 //! | `tidemark_state_disk_bytes` | bytes of the files under `--state-dir` |
 //! | `tidemark_state_volume_capacity_bytes` | size of the filesystem holding it |
 //! | `tidemark_state_volume_available_bytes` | bytes still available to tidemark on it |
-//! | `tidemark_state_memory_bytes{kind}` | what the state store holds in memory, by RocksDB's own accounting: `memtables`, `block_cache`, `table_readers` |
+//! | `tidemark_state_memory_bytes{kind}` | what the state store holds in memory, by RocksDB's own accounting: `memtables`, `block_cache`, `table_readers`; and `dedup_runs`, recent dedup entries not folded into table files yet |
+//! | `tidemark_state_dedup_folds_total{result}` | folds of dedup entries into table files since start: `done`, `failed` (each failure also logged with its partition and cause; its entries stay in memory and are folded again) |
 //!
 //! The memory gauges say which part of the process's RSS is the store (bounded by the
 //! memtable and block cache sizes) and which is not.
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use metrics::gauge;
+use metrics::{counter, gauge};
 use tidemark_state::Store;
 use tracing::warn;
 
@@ -66,12 +67,28 @@ pub fn measure(dir: &Path) {
 /// Publishes the store's memory gauges once.
 pub fn measure_memory(store: &Store) {
     let m = store.memory_usage();
-    for (kind, bytes) in
-        [("memtables", m.memtables), ("block_cache", m.block_cache), ("table_readers", m.table_readers)]
-    {
+    for (kind, bytes) in [
+        ("memtables", m.memtables),
+        ("block_cache", m.block_cache),
+        ("table_readers", m.table_readers),
+        ("dedup_runs", m.dedup_runs),
+    ] {
         gauge!("tidemark_state_memory_bytes", "kind" => kind).set(bytes as f64);
     }
+    let folds = store.dedup_folds();
+    counter!("tidemark_state_dedup_folds_total", "result" => "done").absolute(folds.done);
+    counter!("tidemark_state_dedup_folds_total", "result" => "failed").absolute(folds.failed);
+    if folds.failed > FOLD_FAILURES_LOGGED.swap(folds.failed, Ordering::Relaxed) {
+        warn!(
+            failed = folds.failed,
+            error = folds.last_error.as_deref().unwrap_or("-"),
+            "a fold of dedup entries into a table file failed; its entries stay in memory and are folded again"
+        );
+    }
 }
+
+/// Fold failures already logged by [`measure_memory`].
+static FOLD_FAILURES_LOGGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Measures now and then every [`EVERY`] until `stop` is set.
 pub fn spawn(dir: PathBuf, store: Arc<Store>, stop: Arc<AtomicBool>) -> JoinHandle<()> {

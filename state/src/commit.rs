@@ -1,8 +1,8 @@
 //! One commit = one RocksDB `WriteBatch`, written with fsync.
 //!
-//! A batch holds, for every partition that advanced: its new dedup entries, the aggregates
-//! it changed or expired, and its checkpoint (input offset, watermark). RocksDB applies the
-//! batch atomically, so after a crash at any instant a partition's state and offsets are
+//! A batch holds, for every partition that advanced: its new dedup entries (one run,
+//! [`crate::runs`]), the aggregates it changed or expired, and its checkpoint (input
+//! offset, watermark). RocksDB applies the batch atomically, so after a crash at any instant a partition's state and offsets are
 //! either both before or both after the commit.
 
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use rocksdb::WriteBatch;
 use crate::codec;
 use crate::outbox::OutboxIndex;
 use crate::parts::{self, PartCf, TAG_CHECKPOINT, TAG_OUTBOX};
-use crate::store::{aggregate_key, dedup_key, dedup_order, DEDUP_KEY_LEN};
+use crate::runs;
+use crate::store::{aggregate_key, dedup_hash, run_key};
 use crate::{Checkpoint, Namespace, PartitionId, StateError, Store};
 
 pub struct CommitBatch<'a> {
@@ -24,25 +25,39 @@ pub struct CommitBatch<'a> {
     /// A partition's column family that could not be created: the batch fails as a whole
     /// when it is committed or staged.
     failed: Option<StateError>,
-    /// Dedup entries, written to `batch` in key order when it is written ([`Dedups`]).
+    /// Dedup entries, written as one run per partition when the batch is written ([`Dedups`]).
     dedups: Dedups,
 }
 
-/// A batch's dedup entries: (column family index, key, value).
-type Dedups = Vec<(usize, [u8; DEDUP_KEY_LEN], [u8; 8])>;
+/// A batch's dedup entries in put order: (column family index, hash of the event id, append time).
+type Dedups = Vec<(usize, u128, i64)>;
 
-/// Writes `dedups` into `batch` in (column family, key) order, on the thread that writes the
-/// batch (the commit thread, not the stream thread that built it). Their keys are hashes, so
-/// in arrival order each memtable insert searched its skip list from the top (~8 % of a
-/// drain's CPU); in key order each starts from where the one before it went, through the
-/// per-tag insert hint of a partition's column family (`store::part_options`): 2.0–2.4 µs per
-/// entry, the sort included, instead of 2.6–3.0 in writes of 2,000 (a probe, 800k entries). The sort is stable: an
-/// id put twice keeps its later time, and no other write of a batch touches a dedup key.
-fn write_sorted(batch: &mut WriteBatch, cfs: &[Arc<PartCf>], mut dedups: Dedups) {
-    dedups.sort_by_key(|d| (d.0, dedup_order(&d.1)));
-    for (i, key, value) in dedups {
-        batch.put_cf(&*cfs[i], key, value);
+/// A partition's run in a written batch: its entries go into the partition's in-memory map
+/// once the write returns ([`crate::runs`]).
+pub(crate) struct RunWrite {
+    pub(crate) cf: Arc<PartCf>,
+    pub(crate) seq: u64,
+    pub(crate) entries: Vec<(u128, i64)>,
+}
+
+/// Writes `dedups` into `batch` as one run per partition, on the thread that writes the
+/// batch (the commit thread, not the stream thread that built it). A partition's entries
+/// keep their put order, so an id put twice keeps its later time.
+fn add_runs(batch: &mut WriteBatch, cfs: &[Arc<PartCf>], mut dedups: Dedups) -> Vec<RunWrite> {
+    // Stable: the put order within a partition stays.
+    dedups.sort_by_key(|d| d.0);
+    let mut out = Vec::new();
+    let mut value = Vec::new();
+    for group in dedups.chunk_by(|a, b| a.0 == b.0) {
+        let cf = &cfs[group[0].0];
+        let entries: Vec<(u128, i64)> = group.iter().map(|d| (d.1, d.2)).collect();
+        let seq = cf.runs.reserve();
+        value.clear();
+        runs::encode(&entries, &mut value);
+        batch.put_cf(&**cf, run_key(seq), &value);
+        out.push(RunWrite { cf: Arc::clone(cf), seq, entries });
     }
+    out
 }
 
 impl<'a> CommitBatch<'a> {
@@ -70,7 +85,7 @@ impl<'a> CommitBatch<'a> {
 
     pub fn put_dedup(&mut self, p: PartitionId, event_id: &str, append_ms: i64) {
         if let Some(i) = self.cf(p) {
-            self.dedups.push((i, dedup_key(event_id), append_ms.to_le_bytes()));
+            self.dedups.push((i, dedup_hash(event_id), append_ms));
         }
     }
 
@@ -131,8 +146,8 @@ impl<'a> CommitBatch<'a> {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        write_sorted(&mut self.batch, &self.cfs, self.dedups);
-        self.store.write(self.batch)
+        let runs = add_runs(&mut self.batch, &self.cfs, self.dedups);
+        self.store.write_commit(self.batch, runs)
     }
 
     /// Detaches the batch from its borrow of the store, to commit it on another thread
@@ -155,14 +170,14 @@ impl StagedBatch {
         self.batch.is_empty() && self.dedups.is_empty() && self.failed.is_none()
     }
 
-    /// The batch to write, its dedup entries added in key order (on the calling thread).
-    pub(crate) fn into_inner(self) -> Result<WriteBatch, StateError> {
+    /// The batch to write with its dedup runs (built on the calling thread).
+    pub(crate) fn into_inner(self) -> Result<(WriteBatch, Vec<RunWrite>), StateError> {
         let StagedBatch { mut batch, failed, cfs, dedups } = self;
         match failed {
             Some(e) => Err(e),
             None => {
-                write_sorted(&mut batch, &cfs, dedups);
-                Ok(batch)
+                let runs = add_runs(&mut batch, &cfs, dedups);
+                Ok((batch, runs))
             }
         }
     }
@@ -205,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn dedup_entries_written_in_key_order_keep_an_id_put_twice_at_its_later_time() {
+    fn dedup_entries_of_two_partitions_in_one_batch_keep_an_id_put_twice_at_its_later_time() {
         let dir = tempfile::tempdir().expect("tmp");
         let store = open(dir.path());
         let (a, b) = (PartitionId::orders(0), PartitionId::orders(1));

@@ -305,6 +305,24 @@ mod tests {
     }
 
     #[test]
+    fn dedup_entries_folded_into_files_and_still_in_runs_both_come_along() -> Result<(), StateError> {
+        let f = fixture()?;
+        let (a, b, files) = (&f.a, &f.b, f.files.path().join("e"));
+        let p = PartitionId::orders(6);
+        fill(a, p, 40)?;
+        a.compact_dedup();
+        fill_from(a, p, 40, 10)?;
+        assert_eq!(a.dedup_entries_in_memory(p), 10, "40 in a table file, 10 in a run");
+        let export = export(a, p, &files)?;
+        b.import_partition(p, &files, &export)?;
+        assert_eq!(b.dedup_entries_in_memory(p), 10, "the run is read back by the import");
+        let ids: Vec<String> = (0..51).map(|i| format!("e-6-{i}")).collect();
+        let want: Vec<Option<i64>> = (0..51).map(|i| (i < 50).then_some(1_000 + i)).collect();
+        assert_eq!(b.dedup_lookup(p, &ids)?, want);
+        Ok(())
+    }
+
+    #[test]
     fn a_partition_exported_from_one_store_reads_the_same_in_another() -> Result<(), StateError> {
         let f = fixture()?;
         let (a, b, files) = (&f.a, &f.b, f.files.path().join("e"));

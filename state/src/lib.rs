@@ -18,6 +18,8 @@
 //! - [`export`]: one partition's column family as SST files and back (snapshots that move a
 //!   partition between pods; its files are immutable, so snapshots are incremental).
 //! - [`commit`]: the single `WriteBatch` that makes state, outbox rows and offsets durable together.
+//! - [`runs`]: a partition's recent dedup entries as one row per commit and a map in memory,
+//!   folded into table files ([`fold`]: writing the runs, folding them).
 //! - [`deferred`]: `DeferredWrites`, writes recorded on a worker thread and applied later, in
 //!   order, to that batch.
 //! - [`error`]: `StateError`, classified by whether a retry can help.
@@ -28,11 +30,13 @@ pub mod commit;
 pub mod deferred;
 pub mod error;
 pub mod export;
+mod fold;
 pub mod keys;
 pub mod memory;
 mod migrate;
 pub mod outbox;
 pub(crate) mod parts;
+mod runs;
 pub mod store;
 pub mod view;
 
@@ -41,8 +45,11 @@ pub use commit::{CommitBatch, StagedBatch};
 pub use deferred::DeferredWrites;
 pub use error::StateError;
 pub use export::{ConsistentPoint, ExportedFile, PartitionExport};
+pub use fold::FoldStats;
 pub use keys::{Namespace, PartitionId};
 pub use memory::{MemBatch, MemStore};
 pub use outbox::OutboxIndex;
-pub use store::{KeyValue, MemoryUsage, Store, StoreOptions, DEFAULT_MEMTABLE_BUDGET_BYTES};
+pub use store::{
+    KeyValue, MemoryUsage, Store, StoreOptions, DEFAULT_DEDUP_FOLD_ENTRIES, DEFAULT_MEMTABLE_BUDGET_BYTES,
+};
 pub use view::{StateStore, StateView, StateWrite};

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rocksdb::{AsColumnFamilyRef, AsRawPtr};
 
+use crate::runs::DedupRuns;
 use crate::{PartitionId, StateError, Store};
 
 pub(crate) use librocksdb_sys as ffi;
@@ -31,6 +32,10 @@ pub(crate) const TAG_CHECKPOINT: u8 = b'c';
 pub(crate) const TAG_DEDUP: u8 = b'd';
 /// Dedup entries of stores written before the hashed format: tag + the raw event id.
 pub(crate) const TAG_DEDUP_RAW: u8 = b'r';
+/// Runs of dedup entries not folded into table files yet: tag + sequence number
+/// (big-endian) → the entries ([`crate::runs`]). Outside the range of `TAG_DEDUP` keys, so
+/// a fold's table file never overlaps what the memtable holds of a partition.
+pub(crate) const TAG_DEDUP_RUN: u8 = b'e';
 /// Aggregates: tag + namespace byte + key.
 pub(crate) const TAG_AGGREGATE: u8 = b'a';
 /// Outbox rows: tag + idempotency key.
@@ -78,6 +83,8 @@ pub(crate) struct PartCf {
     pub(crate) name: String,
     raw: *mut ffi::rocksdb_column_family_handle_t,
     owned: bool,
+    /// The generation's dedup entries not folded into table files yet.
+    pub(crate) runs: DedupRuns,
 }
 
 // SAFETY: a RocksDB column family handle is safe to use from any thread (RocksDB's
@@ -88,7 +95,7 @@ unsafe impl Sync for PartCf {}
 impl PartCf {
     /// A handle the rocksdb crate opened with the database (and destroys when it closes).
     pub(crate) fn borrowed(p: PartitionId, generation: u32, name: String, cf: &rocksdb::ColumnFamily) -> Self {
-        PartCf { p, generation, name, raw: cf.inner(), owned: false }
+        PartCf { p, generation, name, raw: cf.inner(), owned: false, runs: DedupRuns::default() }
     }
 }
 
@@ -199,7 +206,7 @@ impl Store {
         if let Ok(mut kept) = self.created_options.lock() {
             kept.push(opts);
         }
-        Ok(PartCf { p, generation, name, raw, owned: true })
+        Ok(PartCf { p, generation, name, raw, owned: true, runs: DedupRuns::default() })
     }
 
     /// Imports `metadata` (files of an exported partition column family) as the next
@@ -241,7 +248,14 @@ impl Store {
         if let Ok(mut kept) = self.created_options.lock() {
             kept.push(opts);
         }
-        self.parts.insert(PartCf { p, generation, name, raw, owned: true });
+        let cf = PartCf { p, generation, name, raw, owned: true, runs: DedupRuns::default() };
+        // The import's dedup runs into memory before anything looks the partition up; runs
+        // that do not decode fail the import as a damaged file would.
+        if let Err(e) = self.load_runs(&cf) {
+            self.drop_cf_raw(&cf)?;
+            return Err(e);
+        }
+        self.parts.insert(cf);
         if let Some(old) = old {
             self.drop_cf_raw(&old)?;
         }

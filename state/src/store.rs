@@ -18,7 +18,10 @@ use rocksdb::{
 };
 
 use crate::codec;
-use crate::parts::{self, PartCf, Parts, TAG_AGGREGATE, TAG_CHECKPOINT, TAG_DEDUP, TAG_DEDUP_RAW, TAG_OUTBOX};
+use crate::fold::Folds;
+use crate::parts::{
+    self, PartCf, Parts, TAG_AGGREGATE, TAG_CHECKPOINT, TAG_DEDUP, TAG_DEDUP_RAW, TAG_DEDUP_RUN, TAG_OUTBOX,
+};
 use crate::{Checkpoint, CommitBatch, Namespace, PartitionId, StagedBatch, StateError};
 
 /// An encoded key (without the partition and namespace prefix) and its encoded value.
@@ -59,7 +62,15 @@ pub struct StoreOptions {
     /// (lookups into a store of tens of millions of hashed ids otherwise read them from disk
     /// once they no longer fit the cache), and larger memtables, so fewer level-0 files.
     pub scratch: bool,
+    /// A partition's dedup entries held in memory before they are folded into a table file
+    /// ([`crate::runs`]): each is ~33 bytes there, and every one not folded yet is read back
+    /// at open.
+    pub dedup_fold_entries: usize,
 }
+
+/// [`StoreOptions::dedup_fold_entries`] unless set: ~2 MiB of map per partition (two while a
+/// fold is under way), a table file of ~1.6 MB per fold.
+pub const DEFAULT_DEDUP_FOLD_ENTRIES: usize = 1 << 16;
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -71,6 +82,7 @@ impl Default for StoreOptions {
             sync_commits: true,
             dedup_retention_ms: None,
             scratch: false,
+            dedup_fold_entries: DEFAULT_DEDUP_FOLD_ENTRIES,
         }
     }
 }
@@ -85,23 +97,26 @@ pub struct Store {
     pub(crate) db: DB,
     path: PathBuf,
     write_opts: WriteOptions,
-    tuning: Tuning,
+    pub(crate) tuning: Tuning,
     /// Per partition: dedup entries first seen before this append time (ms) can never match
     /// again and may be dropped by compaction. Partitions absent from the map keep everything.
-    dedup_horizons: Horizons,
+    pub(crate) dedup_horizons: Horizons,
     /// True while some partition holds dedup entries in the raw-id format (an upgraded store).
     legacy_dedup: AtomicBool,
     /// The options of partition column families created while open: their compaction
     /// filters must live as long as the database, so they drop after it.
     pub(crate) created_options: std::sync::Mutex<Vec<Options>>,
+    /// Folds of dedup runs into table files: how many, and what failed ([`crate::fold`]).
+    pub(crate) folds: Folds,
 }
 
 /// What every partition column family is opened or created with.
 #[derive(Clone)]
-struct Tuning {
+pub(crate) struct Tuning {
     cache: Cache,
     scratch: bool,
     dedup_retention_ms: Option<i64>,
+    pub(crate) fold_entries: usize,
 }
 
 /// How often compaction rewrites every dedup file, at the latest: half the retention,
@@ -120,6 +135,9 @@ pub struct MemoryUsage {
     pub block_cache: u64,
     /// Index and filter blocks held outside the block cache (scratch stores).
     pub table_readers: u64,
+    /// Dedup entries not folded into table files yet ([`crate::runs`]), bounded by
+    /// [`StoreOptions::dedup_fold_entries`] per partition (twice that during a fold).
+    pub dedup_runs: u64,
 }
 
 /// [`StoreOptions::memtable_budget_bytes`] unless configured (`tidemark run --state-memtable-mb`).
@@ -200,6 +218,7 @@ impl Store {
             cache: Cache::new_lru_cache(opts.block_cache_bytes),
             scratch: opts.scratch,
             dedup_retention_ms: opts.dedup_retention_ms,
+            fold_entries: opts.dedup_fold_entries.max(1),
         };
         let dedup_horizons: Horizons = Arc::default();
 
@@ -243,6 +262,9 @@ impl Store {
             }
         }
         let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(rocks)?;
+        // Table files a fold was writing when the process ended: their runs are still
+        // stored, and are folded again.
+        crate::fold::clear_unfinished(path)?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(opts.sync_commits && !opts.scratch);
         write_opts.disable_wal(opts.scratch);
@@ -255,6 +277,7 @@ impl Store {
             dedup_horizons,
             legacy_dedup: AtomicBool::new(true),
             created_options: std::sync::Mutex::default(),
+            folds: Folds::default(),
         };
         store.adopt_parts(found_parts)?;
         crate::migrate::from_layout_1(&store, &existing)?;
@@ -286,6 +309,7 @@ impl Store {
             let Some(cf) = self.db.cf_handle(name) else { continue };
             let part = PartCf::borrowed(*p, *generation, name.clone(), cf);
             if chosen.get(p) == Some(generation) {
+                self.load_runs(&part)?;
                 self.parts.insert(part);
             } else {
                 self.drop_cf_raw(&part)?;
@@ -312,10 +336,16 @@ impl Store {
             db,
             path: path.to_path_buf(),
             write_opts: WriteOptions::default(),
-            tuning: Tuning { cache: Cache::new_lru_cache(8 << 20), scratch: false, dedup_retention_ms: None },
+            tuning: Tuning {
+                cache: Cache::new_lru_cache(8 << 20),
+                scratch: false,
+                dedup_retention_ms: None,
+                fold_entries: usize::MAX,
+            },
             dedup_horizons: Arc::default(),
             legacy_dedup: AtomicBool::new(true),
             created_options: std::sync::Mutex::default(),
+            folds: Folds::default(),
         };
         let mut newest: HashMap<PartitionId, (u32, String)> = HashMap::new();
         for name in &cfs {
@@ -328,7 +358,9 @@ impl Store {
         }
         for (p, (generation, name)) in newest {
             if let Some(cf) = store.db.cf_handle(&name) {
-                store.parts.insert(PartCf::borrowed(p, generation, name.clone(), cf));
+                let part = PartCf::borrowed(p, generation, name.clone(), cf);
+                store.load_runs(&part)?;
+                store.parts.insert(part);
             }
         }
         store.refresh_legacy_dedup();
@@ -443,15 +475,19 @@ impl Store {
     /// at which each id was first seen, if it is stored.
     pub fn dedup_lookup<S: AsRef<str>>(&self, p: PartitionId, ids: &[S]) -> Result<Vec<Option<i64>>, StateError> {
         let Some(cf) = self.part(p) else { return Ok(vec![None; ids.len()]) };
+        let mut found: Vec<Option<i64>> = vec![None; ids.len()];
+        let mut asked: Vec<(u128, u32)> = ids.iter().zip(0u32..).map(|(id, i)| (dedup_hash(id.as_ref()), i)).collect();
+        // The runs not folded yet answer from memory ([`crate::runs`]); the rest is in the
+        // column family's files (and, in a store written before runs, its memtable).
+        cf.runs.lookup(&asked, &mut found);
+        asked.retain(|(_, i)| found[*i as usize].is_none());
         // Looked up in key order, sorted here as integers: RocksDB's own sort of the keys
         // (`sorted_input = false`: an introsort through its comparator) was over half of a
         // lookup's cost. Equal keys (an id twice in one batch) may sit side by side.
-        let mut keys: Vec<([u8; DEDUP_KEY_LEN], u32)> =
-            ids.iter().zip(0u32..).map(|(id, i)| (dedup_key(id.as_ref()), i)).collect();
-        keys.sort_unstable_by_key(|(k, _)| dedup_order(k));
-        let mut found: Vec<Option<i64>> = vec![None; ids.len()];
-        let sorted = self.db.batched_multi_get_cf(&*cf, keys.iter().map(|(k, _)| k), true);
-        for ((_, i), r) in keys.iter().zip(sorted) {
+        asked.sort_unstable_by_key(|(hash, _)| *hash);
+        let keys: Vec<[u8; DEDUP_KEY_LEN]> = asked.iter().map(|(hash, _)| hashed_key(*hash)).collect();
+        let sorted = self.db.batched_multi_get_cf(&*cf, &keys, true);
+        for ((_, i), r) in asked.iter().zip(sorted) {
             found[*i as usize] = r.map_err(|e| self.rocks(e))?.and_then(|v| decode_append_ms(&v));
         }
         if self.legacy_dedup.load(Ordering::Relaxed) {
@@ -478,6 +514,7 @@ impl Store {
                 .sum::<u64>()
         };
         MemoryUsage {
+            dedup_runs: parts.iter().map(|cf| cf.runs.bytes()).sum(),
             memtables: sum("rocksdb.cur-size-all-mem-tables"),
             table_readers: sum("rocksdb.estimate-table-readers-mem"),
             // One cache serves every column family (the partitions' options share it).
@@ -569,7 +606,8 @@ impl Store {
 
     /// Makes a staged batch durable at once (see [`CommitBatch::stage`]).
     pub fn commit_staged(&self, batch: StagedBatch) -> Result<(), StateError> {
-        self.write(batch.into_inner()?)
+        let (batch, runs) = batch.into_inner()?;
+        self.write_commit(batch, runs)
     }
 
     pub(crate) fn write(&self, batch: rocksdb::WriteBatch) -> Result<(), StateError> {
@@ -582,9 +620,11 @@ impl Store {
         self.db.write_opt(batch, &WriteOptions::default()).map_err(|e| self.rocks(e))
     }
 
-    /// Forces a compaction of every partition's column family (tests and maintenance).
+    /// Folds every partition's dedup runs into table files, then compacts every partition's
+    /// column family (tests and maintenance).
     pub fn compact_dedup(&self) {
         for cf in self.parts.all() {
+            self.fold_now(&cf);
             self.db.compact_range_cf(&*cf, None::<&[u8]>, None::<&[u8]>);
         }
         self.refresh_legacy_dedup();
@@ -594,25 +634,37 @@ impl Store {
 /// Tag + 128-bit XXH3 of the event id.
 pub(crate) const DEDUP_KEY_LEN: usize = 1 + 16;
 
-/// The dedup key of an event id in its partition's column family: the dedup tag and a
-/// 128-bit XXH3 hash of the id. Ids are at most 256 bytes (SPEC §1.3) but typically 20–40;
-/// the hash makes every key 17 bytes and spreads them evenly. Two distinct ids of one
-/// partition collide with probability ~n²/2¹²⁹ (10¹⁰ ids in a retention: ~10⁻¹⁹), in which
-/// case the second is taken for a duplicate. XXH3 is a fixed, platform-independent function:
-/// keys never change.
+/// The dedup key of an event id in its partition's column family.
+#[cfg(test)]
 pub(crate) fn dedup_key(event_id: &str) -> [u8; DEDUP_KEY_LEN] {
+    hashed_key(dedup_hash(event_id))
+}
+
+/// What identifies an event id in its partition's dedup entries (keys and runs): a 128-bit
+/// XXH3 hash of the id. Ids are at most 256 bytes (SPEC §1.3) but typically 20–40; the hash
+/// makes every key 17 bytes and spreads them evenly. Two distinct ids of one partition
+/// collide with probability ~n²/2¹²⁹ (10¹⁰ ids in a retention: ~10⁻¹⁹), in which case the
+/// second is taken for a duplicate. XXH3 is a fixed, platform-independent function: keys
+/// never change.
+pub(crate) fn dedup_hash(event_id: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(event_id.as_bytes())
+}
+
+/// The dedup key of a hash: the tag, then the hash big-endian, so keys sort as the hashes
+/// do as integers.
+pub(crate) fn hashed_key(hash: u128) -> [u8; DEDUP_KEY_LEN] {
     let mut k = [0u8; DEDUP_KEY_LEN];
     k[0] = TAG_DEDUP;
-    k[1..].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(event_id.as_bytes()).to_be_bytes());
+    k[1..].copy_from_slice(&hash.to_be_bytes());
     k
 }
 
-/// The byte order of dedup keys as an integer: every key has the same tag, then 16 bytes
-/// compared as a big-endian number. Sorting by it sorts as RocksDB's comparator does.
-pub(crate) fn dedup_order(key: &[u8; DEDUP_KEY_LEN]) -> u128 {
-    let mut hash = [0u8; 16];
-    hash.copy_from_slice(&key[1..]);
-    u128::from_be_bytes(hash)
+/// The key of a partition's dedup run `seq` ([`crate::runs`]): tag + big-endian number.
+pub(crate) fn run_key(seq: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = TAG_DEDUP_RUN;
+    k[1..].copy_from_slice(&seq.to_be_bytes());
+    k
 }
 
 /// Tag + namespace byte + key.
@@ -731,25 +783,27 @@ mod memory_tests {
         }
         batch.commit()?;
         let written = store.memory_usage();
-        assert!(written.memtables > empty.memtables + 10_000 * 17, "{empty:?} then {written:?}");
-        let cf = store.part(p).expect("written");
-        store.db.flush_cf(&*cf).map_err(|e| store.rocks(e))?;
+        assert!(written.memtables > empty.memtables + 10_000 * 24, "the commit's run: {empty:?} then {written:?}");
+        assert!(written.dedup_runs >= 10_000 * 33, "its entries in memory: {written:?}");
+        // Folded into a table file (the memtable flushed by the compaction that follows).
+        store.compact_dedup();
         let ids: Vec<String> = (0..10_000).map(|i| format!("e-{i}")).collect();
         assert!(store.dedup_lookup(p, &ids)?.iter().all(Option::is_some));
         let read = store.memory_usage();
         assert!(read.block_cache > 10_000 * 17 / 2, "blocks read through the cache: {read:?}");
         assert!(read.memtables < written.memtables, "flushed: {written:?} then {read:?}");
+        assert_eq!(read.dedup_runs, 0, "folded: {read:?}");
         Ok(())
     }
 
-    /// Writes `n` dedup entries of partition `orders[0]` in batches of 1,000, then returns the
+    /// Writes `n` aggregates of partition `orders[0]` in batches of 1,000, then returns the
     /// memtables' size once background flushes have had up to 10 s to bring it under `under`.
     fn memtables_after_writing(store: &Store, n: usize, under: u64) -> Result<u64, StateError> {
         let p = PartitionId::orders(0);
         for chunk in 0..n / 1000 {
             let mut batch = store.batch();
             for i in 0..1000 {
-                batch.put_dedup(p, &format!("event-{chunk}-{i}-with-a-longer-id"), 1_000);
+                batch.put_aggregate(p, Namespace::Dashboard, format!("key-{chunk}-{i}-pad").as_bytes(), b"12345678");
             }
             batch.commit()?;
         }

@@ -65,6 +65,8 @@ impl DiskDedup {
             block_cache_bytes: 64 << 20,
             sync_commits: false,
             scratch: true,
+            // Like its larger memtables: fewer, larger level-0 files (~35 MB of map).
+            dedup_fold_entries: 1 << 20,
             ..StoreOptions::default()
         };
         let store = Store::open(dir.path(), &opts)?;

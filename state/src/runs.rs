@@ -1,0 +1,351 @@
+//! A partition's recent dedup entries, kept out of RocksDB's memtable.
+//!
+//! One random 17-byte key per event inserted into a memtable's skip list was the largest
+//! single cost of a drain (9.6 % of the process in the profile of 20018df: a search through a
+//! 16 MiB skip list per entry, cache misses all the way down). Instead:
+//!
+//! 1. A commit writes a partition's new dedup entries as **one row, a run**
+//!    (`TAG_DEDUP_RUN` + sequence number → the entries), in the same write batch as the
+//!    checkpoint, so they are durable together as before ([`crate::commit`]).
+//! 2. Once that write returns, the entries go into an in-memory map that every lookup checks
+//!    before RocksDB ([`DedupRuns::lookup`]).
+//! 3. When the map holds [`crate::StoreOptions::dedup_fold_entries`] entries it is frozen and
+//!    **folded**: a thread writes its entries, sorted, into a table file (`SstFileWriter`,
+//!    the work a memtable flush did before), the partition's next commit ingests that file
+//!    as ordinary dedup keys (`TAG_DEDUP` + hash, where compaction and its expiry filter see
+//!    them) and then deletes the runs the file holds. Lookups keep answering from the frozen
+//!    map until the file is in.
+//! 4. An open (and an import of a partition's files) loads every run still stored back into
+//!    the map, oldest first, so an entry put twice keeps its later time.
+//!
+//! A crash at any point loses nothing: a run is durable with its commit and stays until a
+//! table file holding its entries is in the store. A crash between an ingest and the runs'
+//! deletion folds the same entries again later; the newer file shadows the older with the
+//! same or later times, as a second put of a key did before.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+
+/// Bytes of one entry in a run's value: the 128-bit hash (big-endian) and the append time
+/// (little-endian, as a dedup key's value).
+pub(crate) const RUN_ENTRY_LEN: usize = 16 + 8;
+
+/// The entries of a map: hash of the event id → append time first seen.
+type Entries = HashMap<u128, i64, BuildHasherDefault<HashedKey>>;
+
+/// The keys are XXH3-128 hashes already: their low 64 bits are the map's hash.
+#[derive(Default)]
+pub(crate) struct HashedKey(u64);
+
+impl Hasher for HashedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u128(&mut self, key: u128) {
+        self.0 = key as u64;
+    }
+}
+
+/// What a fold's thread returns: the table file written (`None` when every entry was
+/// below the horizon), or why it could not be written.
+type Built = Result<Option<PathBuf>, String>;
+
+/// A frozen map on its way into a table file.
+struct Folding {
+    entries: Arc<Entries>,
+    /// The runs whose entries the map holds all have a lower sequence number.
+    upto: u64,
+    build: Option<JoinHandle<Built>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    active: Entries,
+    folding: Option<Folding>,
+    next_seq: u64,
+    /// Sequence numbers handed to commits whose entries are not in `active` yet: a fold
+    /// never deletes their runs.
+    writing: Vec<u64>,
+}
+
+/// The runs of one partition column family generation ([`crate::parts::PartCf`]).
+#[derive(Default)]
+pub(crate) struct DedupRuns {
+    inner: RwLock<Inner>,
+}
+
+/// A fold whose table file is written, taken out to be ingested.
+pub(crate) struct Finished {
+    pub(crate) upto: u64,
+    pub(crate) built: Built,
+}
+
+impl DedupRuns {
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A stored run, at open or after an import: runs come in key (sequence) order.
+    pub(crate) fn load(&self, seq: u64, value: &[u8]) -> Result<(), String> {
+        if !value.len().is_multiple_of(RUN_ENTRY_LEN) {
+            return Err(format!("dedup run {seq} has {} bytes, not a multiple of {RUN_ENTRY_LEN}", value.len()));
+        }
+        let mut inner = self.write();
+        for (hash, ms) in decode(value) {
+            inner.active.insert(hash, ms);
+        }
+        inner.next_seq = inner.next_seq.max(seq + 1);
+        Ok(())
+    }
+
+    /// The sequence number of a commit's run; [`DedupRuns::add`] or [`DedupRuns::abandon`]
+    /// follow once its write returns.
+    pub(crate) fn reserve(&self) -> u64 {
+        let mut inner = self.write();
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        inner.writing.push(seq);
+        seq
+    }
+
+    /// The entries of run `seq`, now durable, in put order (a later put of a hash wins).
+    /// Returns the number of entries the map holds.
+    pub(crate) fn add(&self, seq: u64, entries: &[(u128, i64)]) -> usize {
+        let mut inner = self.write();
+        inner.writing.retain(|s| *s != seq);
+        inner.active.reserve(entries.len());
+        for (hash, ms) in entries {
+            inner.active.insert(*hash, *ms);
+        }
+        inner.active.len()
+    }
+
+    /// Run `seq` was not written.
+    pub(crate) fn abandon(&self, seq: u64) {
+        self.write().writing.retain(|s| *s != seq);
+    }
+
+    /// Answers what the maps hold: `found[i]` for every `(hash, i)` of `asked` the active or
+    /// the frozen map knows (the active one first: it is newer).
+    pub(crate) fn lookup(&self, asked: &[(u128, u32)], found: &mut [Option<i64>]) {
+        let inner = self.read();
+        let frozen = inner.folding.as_ref().map(|f| &*f.entries);
+        if inner.active.is_empty() && frozen.is_none_or(HashMap::is_empty) {
+            return;
+        }
+        for (hash, i) in asked {
+            let hit = inner.active.get(hash).or_else(|| frozen.and_then(|f| f.get(hash)));
+            if let Some(ms) = hit {
+                found[*i as usize] = Some(*ms);
+            }
+        }
+    }
+
+    /// Freezes the active map and starts `build` on it on a thread of its own, unless a
+    /// fold is under way already or there is nothing to fold. `build` gets the entries in
+    /// no particular order.
+    pub(crate) fn start_fold<F>(&self, build: F) -> Result<(), String>
+    where
+        F: FnOnce(&Entries) -> Built + Send + 'static,
+    {
+        let mut inner = self.write();
+        if inner.folding.is_some() || inner.active.is_empty() {
+            return Ok(());
+        }
+        let upto = inner.writing.iter().copied().min().unwrap_or(inner.next_seq);
+        let entries = Arc::new(std::mem::take(&mut inner.active));
+        let for_build = Arc::clone(&entries);
+        let handle = std::thread::Builder::new()
+            .name("tidemark-fold".into())
+            .spawn(move || build(&for_build))
+            .map_err(|e| format!("starting a dedup fold thread: {e}"));
+        match handle {
+            Ok(h) => {
+                inner.folding = Some(Folding { entries, upto, build: Some(h) });
+                Ok(())
+            }
+            Err(e) => {
+                inner.active = Arc::try_unwrap(entries).unwrap_or_else(|shared| (*shared).clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// The fold whose file is written, if any; with `wait`, waits for one under way. The
+    /// frozen map keeps answering until [`DedupRuns::folded`] or [`DedupRuns::unfreeze`].
+    pub(crate) fn take_finished(&self, wait: bool) -> Option<Finished> {
+        let (handle, upto) = {
+            let mut inner = self.write();
+            let folding = inner.folding.as_mut()?;
+            let ready = folding.build.as_ref().is_some_and(|h| wait || h.is_finished());
+            if !ready {
+                return None;
+            }
+            (folding.build.take()?, folding.upto)
+        };
+        // Joined without the lock: lookups go on meanwhile.
+        let built = handle.join().unwrap_or_else(|_| Err("the dedup fold thread panicked".into()));
+        Some(Finished { upto, built })
+    }
+
+    /// The frozen map's file is in the store: lookups go there now.
+    pub(crate) fn folded(&self) {
+        self.write().folding = None;
+    }
+
+    /// The frozen map could not be folded: its entries go back into the active map (newer
+    /// entries of the same hashes win) and are folded with it next time.
+    pub(crate) fn unfreeze(&self) {
+        let mut inner = self.write();
+        if let Some(folding) = inner.folding.take() {
+            let entries = Arc::try_unwrap(folding.entries).unwrap_or_else(|shared| (*shared).clone());
+            for (hash, ms) in entries {
+                inner.active.entry(hash).or_insert(ms);
+            }
+        }
+    }
+
+    /// Entries held in memory (active and frozen).
+    pub(crate) fn len(&self) -> usize {
+        let inner = self.read();
+        inner.active.len() + inner.folding.as_ref().map_or(0, |f| f.entries.len())
+    }
+
+    /// Bytes the maps hold (their tables, by capacity).
+    pub(crate) fn bytes(&self) -> u64 {
+        let inner = self.read();
+        let slots = inner.active.capacity() + inner.folding.as_ref().map_or(0, |f| f.entries.capacity());
+        // An entry (u128, i64) is 32 bytes with its alignment, plus a control byte.
+        (slots as u64) * 33
+    }
+}
+
+impl Drop for DedupRuns {
+    /// A fold still writing its file finishes first; its file is removed (the runs stay).
+    fn drop(&mut self) {
+        if let Some(Finished { built: Ok(Some(path)), .. }) = self.take_finished(true) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A run's value from its entries.
+pub(crate) fn encode(entries: &[(u128, i64)], out: &mut Vec<u8>) {
+    out.reserve(entries.len() * RUN_ENTRY_LEN);
+    for (hash, ms) in entries {
+        out.extend_from_slice(&hash.to_be_bytes());
+        out.extend_from_slice(&ms.to_le_bytes());
+    }
+}
+
+/// A run's entries; the value's length is a multiple of [`RUN_ENTRY_LEN`].
+pub(crate) fn decode(value: &[u8]) -> impl Iterator<Item = (u128, i64)> + '_ {
+    value.chunks_exact(RUN_ENTRY_LEN).map(|c| {
+        let mut hash = [0u8; 16];
+        hash.copy_from_slice(&c[..16]);
+        let mut ms = [0u8; 8];
+        ms.copy_from_slice(&c[16..]);
+        (u128::from_be_bytes(hash), i64::from_le_bytes(ms))
+    })
+}
+
+/// A fold's entries that a lookup may still need (first seen at or after `horizon`), in
+/// key order: what its table file holds.
+pub(crate) fn sorted_for_file(entries: &Entries, horizon: Option<i64>) -> Vec<(u128, i64)> {
+    let mut out: Vec<(u128, i64)> =
+        entries.iter().filter(|(_, ms)| horizon.is_none_or(|h| **ms >= h)).map(|(h, ms)| (*h, *ms)).collect();
+    out.sort_unstable_by_key(|(hash, _)| *hash);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_decodes_to_the_entries_it_was_encoded_from() {
+        let entries =
+            vec![(u128::MAX, -1), (0, i64::MAX), (0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10, 1_700_000_000_000)];
+        let mut value = Vec::new();
+        encode(&entries, &mut value);
+        assert_eq!(value.len(), 3 * RUN_ENTRY_LEN);
+        assert_eq!(&value[..2], &[0xff, 0xff], "the hash big-endian, as in a dedup key");
+        assert_eq!(decode(&value).collect::<Vec<_>>(), entries);
+    }
+
+    #[test]
+    fn a_run_of_a_length_that_is_not_whole_entries_is_refused_with_its_number() {
+        let runs = DedupRuns::default();
+        let err = runs.load(7, &[0u8; RUN_ENTRY_LEN + 1]).expect_err("refused");
+        assert!(err.contains("dedup run 7") && err.contains("25 bytes"), "{err}");
+    }
+
+    #[test]
+    fn the_active_map_answers_before_the_frozen_one_and_a_later_put_wins() {
+        let runs = DedupRuns::default();
+        let s0 = runs.reserve();
+        runs.add(s0, &[(1, 10), (2, 20)]);
+        runs.start_fold(|_| Ok(None)).expect("fold");
+        let s1 = runs.reserve();
+        runs.add(s1, &[(2, 25), (3, 30), (3, 35)]);
+        let mut found = vec![None; 4];
+        runs.lookup(&[(1, 0), (2, 1), (3, 2), (4, 3)], &mut found);
+        assert_eq!(found, vec![Some(10), Some(25), Some(35), None]);
+    }
+
+    #[test]
+    fn a_fold_never_covers_a_run_still_being_written() {
+        let runs = DedupRuns::default();
+        let (a, b) = (runs.reserve(), runs.reserve());
+        runs.add(b, &[(1, 1)]);
+        runs.start_fold(|_| Ok(None)).expect("fold");
+        let finished = runs.take_finished(true).expect("finished");
+        assert_eq!(finished.upto, a, "run {a} is not in the map yet: its row must stay");
+        runs.add(a, &[(2, 2)]);
+        runs.folded();
+        let mut found = vec![None; 2];
+        runs.lookup(&[(1, 0), (2, 1)], &mut found);
+        assert_eq!(found, vec![None, Some(2)], "the folded entry is the store's to answer now");
+    }
+
+    #[test]
+    fn an_unfrozen_map_goes_back_under_the_newer_entries() {
+        let runs = DedupRuns::default();
+        let s = runs.reserve();
+        runs.add(s, &[(1, 10), (2, 20)]);
+        runs.start_fold(|_| Err("disk full".into())).expect("fold");
+        let s = runs.reserve();
+        runs.add(s, &[(2, 99)]);
+        let finished = runs.take_finished(true).expect("finished");
+        assert_eq!(finished.built, Err("disk full".to_string()));
+        runs.unfreeze();
+        assert_eq!(runs.len(), 2);
+        let mut found = vec![None; 2];
+        runs.lookup(&[(1, 0), (2, 1)], &mut found);
+        assert_eq!(found, vec![Some(10), Some(99)]);
+    }
+
+    #[test]
+    fn a_file_holds_the_entries_in_key_order_without_those_below_the_horizon() {
+        let mut entries = Entries::default();
+        for (h, ms) in [(30u128, 300), (10, 100), (20, 200)] {
+            entries.insert(h, ms);
+        }
+        assert_eq!(sorted_for_file(&entries, None), vec![(10, 100), (20, 200), (30, 300)]);
+        assert_eq!(sorted_for_file(&entries, Some(200)), vec![(20, 200), (30, 300)]);
+    }
+}
