@@ -2,9 +2,9 @@
 //! ([`crate::runs`] says why and what a crash leaves).
 //!
 //! Everything here runs on the thread that commits (the commit thread of `tidemark run`),
-//! except the writing of a fold's table file, which runs on a thread of its own: the
-//! commit that fills a partition's map starts it, a later commit of the partition ingests
-//! the file once it is written. A fold that fails leaves the entries in memory and their runs
+//! except the writing of a fold's table file, which runs on a thread of its own: a commit
+//! that finds the maps over their budget starts it, a later commit ingests the file once it
+//! is written. A fold that fails leaves the entries in memory and their runs
 //! stored; it is counted and its error kept ([`Store::dedup_folds`]), and the next fold of
 //! the partition takes them again.
 
@@ -97,7 +97,7 @@ impl Store {
     }
 
     /// Writes a commit's batch; once it is written, its runs' entries go into their
-    /// partitions' maps, a written fold is ingested and a full map starts a fold.
+    /// partitions' maps, written folds are ingested, and maps over their budget start a fold.
     pub(crate) fn write_commit(&self, batch: WriteBatch, runs: Vec<RunWrite>) -> Result<(), StateError> {
         if let Err(e) = self.write(batch) {
             for run in &runs {
@@ -106,13 +106,33 @@ impl Store {
             return Err(e);
         }
         for run in &runs {
-            let held = run.cf.runs.add(run.seq, &run.entries);
-            self.finish_fold(&run.cf, false);
-            if held >= self.tuning.fold_entries {
-                self.start_fold(&run.cf);
-            }
+            run.cf.runs.add(run.seq, &run.entries);
+        }
+        if !runs.is_empty() {
+            self.fold_over_budget();
         }
         Ok(())
+    }
+
+    /// Ingests every written fold, then, when the maps of all partitions hold
+    /// [`crate::StoreOptions::dedup_runs_max_entries`] or more, folds the largest active map.
+    fn fold_over_budget(&self) {
+        let parts = self.parts.all();
+        let mut held = 0;
+        let mut largest: Option<(usize, &PartCf)> = None;
+        for cf in &parts {
+            self.finish_fold(cf, false);
+            held += cf.runs.len();
+            let (active, folding) = cf.runs.active();
+            if !folding && largest.is_none_or(|(n, _)| active > n) {
+                largest = Some((active, cf));
+            }
+        }
+        if held >= self.tuning.runs_max_entries {
+            if let Some((_, cf)) = largest {
+                self.start_fold(cf);
+            }
+        }
     }
 
     /// Freezes `cf`'s map and writes its entries into a table file on a thread of its own
@@ -206,8 +226,9 @@ mod tests {
     use super::*;
     use crate::{Checkpoint, PartitionId, StoreOptions};
 
-    fn open(dir: &Path, fold_entries: usize) -> Store {
-        let opts = StoreOptions { owner: "test".into(), dedup_fold_entries: fold_entries, ..StoreOptions::default() };
+    fn open(dir: &Path, max_entries: usize) -> Store {
+        let opts =
+            StoreOptions { owner: "test".into(), dedup_runs_max_entries: max_entries, ..StoreOptions::default() };
         Store::open(dir, &opts).expect("open")
     }
 
@@ -266,6 +287,21 @@ mod tests {
         assert_eq!(stored_runs(&store, p), 0, "every run folded");
         assert_eq!(store.dedup_entries_in_memory(p), 0);
         assert_eq!(lookup(&store, p, 0..301), (0..301).map(|k| (k < 300).then_some(1_000 + k)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn over_the_budget_of_all_partitions_the_largest_map_is_folded() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = open(dir.path(), 100);
+        let (a, b) = (PartitionId::orders(6), PartitionId::orders(7));
+        commit(&store, a, 0, 60);
+        commit(&store, b, 1_000, 30);
+        assert_eq!((store.dedup_entries_in_memory(a), store.dedup_entries_in_memory(b)), (60, 30), "90 < 100");
+        commit(&store, b, 1_030, 20);
+        wait_for_folds(&store, a, 1);
+        assert_eq!((store.dedup_entries_in_memory(a), store.dedup_entries_in_memory(b)), (0, 50), "a: 60 > 50");
+        assert_eq!(stored_runs(&store, a), 0);
+        assert_eq!(lookup(&store, a, 0..61), (0..61).map(|k| (k < 60).then_some(1_000 + k)).collect::<Vec<_>>());
     }
 
     #[test]

@@ -50,6 +50,6 @@ pub use keys::{Namespace, PartitionId};
 pub use memory::{MemBatch, MemStore};
 pub use outbox::OutboxIndex;
 pub use store::{
-    KeyValue, MemoryUsage, Store, StoreOptions, DEFAULT_DEDUP_FOLD_ENTRIES, DEFAULT_MEMTABLE_BUDGET_BYTES,
+    KeyValue, MemoryUsage, Store, StoreOptions, DEFAULT_DEDUP_RUNS_MAX_ENTRIES, DEFAULT_MEMTABLE_BUDGET_BYTES,
 };
 pub use view::{StateStore, StateView, StateWrite};

@@ -62,15 +62,16 @@ pub struct StoreOptions {
     /// (lookups into a store of tens of millions of hashed ids otherwise read them from disk
     /// once they no longer fit the cache), and larger memtables, so fewer level-0 files.
     pub scratch: bool,
-    /// A partition's dedup entries held in memory before they are folded into a table file
-    /// ([`crate::runs`]): each is ~33 bytes there, and every one not folded yet is read back
-    /// at open.
-    pub dedup_fold_entries: usize,
+    /// The recent dedup entries all partitions may hold in memory together before the
+    /// largest partition's are folded into a table file ([`crate::runs`]): ~33 bytes each
+    /// there (up to twice the budget while folds run), and every one not folded yet is read
+    /// back at open.
+    pub dedup_runs_max_entries: usize,
 }
 
-/// [`StoreOptions::dedup_fold_entries`] unless set: ~2 MiB of map per partition (two while a
-/// fold is under way), a table file of ~1.6 MB per fold.
-pub const DEFAULT_DEDUP_FOLD_ENTRIES: usize = 1 << 16;
+/// [`StoreOptions::dedup_runs_max_entries`] unless set: ~17 MiB of maps, ~12 MB of runs read
+/// back at open (where the memtables held the same entries in ~30 MB before runs).
+pub const DEFAULT_DEDUP_RUNS_MAX_ENTRIES: usize = 1 << 19;
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -82,7 +83,7 @@ impl Default for StoreOptions {
             sync_commits: true,
             dedup_retention_ms: None,
             scratch: false,
-            dedup_fold_entries: DEFAULT_DEDUP_FOLD_ENTRIES,
+            dedup_runs_max_entries: DEFAULT_DEDUP_RUNS_MAX_ENTRIES,
         }
     }
 }
@@ -116,7 +117,7 @@ pub(crate) struct Tuning {
     cache: Cache,
     scratch: bool,
     dedup_retention_ms: Option<i64>,
-    pub(crate) fold_entries: usize,
+    pub(crate) runs_max_entries: usize,
 }
 
 /// How often compaction rewrites every dedup file, at the latest: half the retention,
@@ -136,7 +137,7 @@ pub struct MemoryUsage {
     /// Index and filter blocks held outside the block cache (scratch stores).
     pub table_readers: u64,
     /// Dedup entries not folded into table files yet ([`crate::runs`]), bounded by
-    /// [`StoreOptions::dedup_fold_entries`] per partition (twice that during a fold).
+    /// [`StoreOptions::dedup_runs_max_entries`] (twice that while folds run).
     pub dedup_runs: u64,
 }
 
@@ -159,8 +160,10 @@ const MAX_TOTAL_WAL_BYTES: u64 = 16 << 20;
 
 /// RocksDB's memtable insert hint per key tag (the first byte): the inserts of one tag in a
 /// write batch continue from where the one before went instead of searching the skip list
-/// from its top, which pays off when they come in key order, as a batch's dedup entries do
-/// ([`crate::commit::CommitBatch`]). The option exists only as an options-string setting;
+/// from its top, which pays off when they come in key order, as a batch's aggregates do (a
+/// task's maps are ordered) and its dedup runs (ascending numbers). Dedup entries were keys of
+/// their own here until runs ([`crate::runs`]), the inserts this hint was set for. The option
+/// exists only as an options-string setting;
 /// set first, on fresh options, so nothing set afterwards (a compaction filter, a table
 /// factory) is copied by RocksDB from options it does not own.
 const INSERT_HINT_BY_TAG: &str = "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.1";
@@ -218,7 +221,7 @@ impl Store {
             cache: Cache::new_lru_cache(opts.block_cache_bytes),
             scratch: opts.scratch,
             dedup_retention_ms: opts.dedup_retention_ms,
-            fold_entries: opts.dedup_fold_entries.max(1),
+            runs_max_entries: opts.dedup_runs_max_entries.max(1),
         };
         let dedup_horizons: Horizons = Arc::default();
 
@@ -340,7 +343,7 @@ impl Store {
                 cache: Cache::new_lru_cache(8 << 20),
                 scratch: false,
                 dedup_retention_ms: None,
-                fold_entries: usize::MAX,
+                runs_max_entries: usize::MAX,
             },
             dedup_horizons: Arc::default(),
             legacy_dedup: AtomicBool::new(true),

@@ -66,7 +66,7 @@ impl DiskDedup {
             sync_commits: false,
             scratch: true,
             // Like its larger memtables: fewer, larger level-0 files (~35 MB of map).
-            dedup_fold_entries: 1 << 20,
+            dedup_runs_max_entries: 1 << 20,
             ..StoreOptions::default()
         };
         let store = Store::open(dir.path(), &opts)?;
