@@ -65,19 +65,18 @@ type Built = Result<Option<PathBuf>, String>;
 /// A frozen map on its way into a table file.
 struct Folding {
     entries: Arc<Entries>,
-    /// The runs whose entries the map holds all have a lower sequence number.
-    upto: u64,
+    /// The runs whose entries the map holds.
+    runs: Vec<u64>,
     build: Option<JoinHandle<Built>>,
 }
 
 #[derive(Default)]
 struct Inner {
     active: Entries,
+    /// The runs whose entries `active` holds.
+    runs: Vec<u64>,
     folding: Option<Folding>,
     next_seq: u64,
-    /// Sequence numbers handed to commits whose entries are not in `active` yet: a fold
-    /// never deletes their runs.
-    writing: Vec<u64>,
 }
 
 /// The runs of one partition column family generation ([`crate::parts::PartCf`]).
@@ -88,7 +87,9 @@ pub(crate) struct DedupRuns {
 
 /// A fold whose table file is written, taken out to be ingested.
 pub(crate) struct Finished {
-    pub(crate) upto: u64,
+    /// The runs whose entries the file holds: deleted once it is in the store (one point
+    /// delete each; a range delete made every later lookup of the partition check it).
+    pub(crate) runs: Vec<u64>,
     pub(crate) built: Built,
 }
 
@@ -111,23 +112,23 @@ impl DedupRuns {
             inner.active.insert(hash, ms);
         }
         inner.next_seq = inner.next_seq.max(seq + 1);
+        inner.runs.push(seq);
         Ok(())
     }
 
-    /// The sequence number of a commit's run; [`DedupRuns::add`] or [`DedupRuns::abandon`]
-    /// follow once its write returns.
+    /// The sequence number of a commit's run; [`DedupRuns::add`] follows once its write
+    /// returns (a number whose write failed is never used again).
     pub(crate) fn reserve(&self) -> u64 {
         let mut inner = self.write();
         let seq = inner.next_seq;
         inner.next_seq += 1;
-        inner.writing.push(seq);
         seq
     }
 
     /// The entries of run `seq`, now durable, in put order (a later put of a hash wins).
     pub(crate) fn add(&self, seq: u64, entries: &[(u128, i64)]) {
         let mut inner = self.write();
-        inner.writing.retain(|s| *s != seq);
+        inner.runs.push(seq);
         inner.active.reserve(entries.len());
         for (hash, ms) in entries {
             inner.active.insert(*hash, *ms);
@@ -138,11 +139,6 @@ impl DedupRuns {
     pub(crate) fn active(&self) -> (usize, bool) {
         let inner = self.read();
         (inner.active.len(), inner.folding.is_some())
-    }
-
-    /// Run `seq` was not written.
-    pub(crate) fn abandon(&self, seq: u64) {
-        self.write().writing.retain(|s| *s != seq);
     }
 
     /// Answers what the maps hold: `found[i]` for every `(hash, i)` of `asked` the active or
@@ -172,8 +168,12 @@ impl DedupRuns {
         if inner.folding.is_some() || inner.active.is_empty() {
             return Ok(());
         }
-        let upto = inner.writing.iter().copied().min().unwrap_or(inner.next_seq);
-        let entries = Arc::new(std::mem::take(&mut inner.active));
+        let runs = std::mem::take(&mut inner.runs);
+        // The next map starts at the size this one reached: growing it by doubling again
+        // rehashed every entry (1 % of a steady-state profile).
+        let room = inner.active.len();
+        let entries =
+            Arc::new(std::mem::replace(&mut inner.active, Entries::with_capacity_and_hasher(room, Default::default())));
         let for_build = Arc::clone(&entries);
         let handle = std::thread::Builder::new()
             .name("tidemark-fold".into())
@@ -181,11 +181,12 @@ impl DedupRuns {
             .map_err(|e| format!("starting a dedup fold thread: {e}"));
         match handle {
             Ok(h) => {
-                inner.folding = Some(Folding { entries, upto, build: Some(h) });
+                inner.folding = Some(Folding { entries, runs, build: Some(h) });
                 Ok(())
             }
             Err(e) => {
                 inner.active = Arc::try_unwrap(entries).unwrap_or_else(|shared| (*shared).clone());
+                inner.runs = runs;
                 Err(e)
             }
         }
@@ -194,18 +195,18 @@ impl DedupRuns {
     /// The fold whose file is written, if any; with `wait`, waits for one under way. The
     /// frozen map keeps answering until [`DedupRuns::folded`] or [`DedupRuns::unfreeze`].
     pub(crate) fn take_finished(&self, wait: bool) -> Option<Finished> {
-        let (handle, upto) = {
+        let (handle, runs) = {
             let mut inner = self.write();
             let folding = inner.folding.as_mut()?;
             let ready = folding.build.as_ref().is_some_and(|h| wait || h.is_finished());
             if !ready {
                 return None;
             }
-            (folding.build.take()?, folding.upto)
+            (folding.build.take()?, folding.runs.clone())
         };
         // Joined without the lock: lookups go on meanwhile.
         let built = handle.join().unwrap_or_else(|_| Err("the dedup fold thread panicked".into()));
-        Some(Finished { upto, built })
+        Some(Finished { runs, built })
     }
 
     /// The frozen map's file is in the store: lookups go there now.
@@ -218,6 +219,7 @@ impl DedupRuns {
     pub(crate) fn unfreeze(&self) {
         let mut inner = self.write();
         if let Some(folding) = inner.folding.take() {
+            inner.runs.extend(folding.runs);
             let entries = Arc::try_unwrap(folding.entries).unwrap_or_else(|shared| (*shared).clone());
             for (hash, ms) in entries {
                 inner.active.entry(hash).or_insert(ms);
@@ -314,13 +316,15 @@ mod tests {
     }
 
     #[test]
-    fn a_fold_never_covers_a_run_still_being_written() {
+    fn a_fold_deletes_exactly_the_runs_whose_entries_it_holds() {
         let runs = DedupRuns::default();
+        runs.load(3, &[]).expect("a stored run");
         let (a, b) = (runs.reserve(), runs.reserve());
+        assert_eq!((a, b), (4, 5), "numbers continue after the stored runs");
         runs.add(b, &[(1, 1)]);
         runs.start_fold(|_| Ok(None)).expect("fold");
         let finished = runs.take_finished(true).expect("finished");
-        assert_eq!(finished.upto, a, "run {a} is not in the map yet: its row must stay");
+        assert_eq!(finished.runs, vec![3, b], "run {a} is not in the map yet: its row must stay");
         runs.add(a, &[(2, 2)]);
         runs.folded();
         let mut found = vec![None; 2];
