@@ -169,11 +169,10 @@ impl DedupRuns {
             return Ok(());
         }
         let runs = std::mem::take(&mut inner.runs);
-        // The next map starts at the size this one reached: growing it by doubling again
-        // rehashed every entry (1 % of a steady-state profile).
-        let room = inner.active.len();
-        let entries =
-            Arc::new(std::mem::replace(&mut inner.active, Entries::with_capacity_and_hasher(room, Default::default())));
+        // The next map grows from empty (rehashing as it doubles, ~1 % of a steady-state
+        // profile): one sized like this one would stay that large in a partition that then
+        // idles, and over many partitions the maps' memory would pass the store's budget.
+        let entries = Arc::new(std::mem::take(&mut inner.active));
         let for_build = Arc::clone(&entries);
         let handle = std::thread::Builder::new()
             .name("tidemark-fold".into())
