@@ -233,6 +233,12 @@ pub struct RunArgs {
     /// (`tidemark_task_entries`). 0: no budget (each column family up to two 64 MiB memtables).
     #[arg(long, env = "TIDEMARK_STATE_MEMTABLE_MB", default_value_t = 64)]
     pub state_memtable_mb: usize,
+    /// Recent dedup entries the state store keeps in memory, over every partition, before the
+    /// largest partition's are folded into a table file: ~33 bytes each (up to twice this
+    /// while folds run), and every one not folded yet is read back at a restart. Smaller: less
+    /// memory and a shorter restart, more and smaller files to compact.
+    #[arg(long, env = "TIDEMARK_STATE_DEDUP_RUNS_MAX", default_value_t = tidemark_state::DEFAULT_DEDUP_RUNS_MAX_ENTRIES)]
+    pub state_dedup_runs_max: usize,
     /// Threads the tasks work on: a poll's records ingested (parse, normalise, SKU merge input)
     /// and each commit's tasks finished (dedup, derive, merge, rules), each task on one thread
     /// at a time and its writes applied in partition order, so outputs and action keys are the

@@ -1,7 +1,7 @@
 //! `tidemark-chaos`: runs a profile of fault scenarios and writes the invariant report.
 //!
 //! ```text
-//! tidemark-chaos --profile short                 # CI: fifteen scenarios, about 20 minutes
+//! tidemark-chaos --profile short                 # CI: twenty scenarios, about 12 minutes
 //! tidemark-chaos --profile soak --minutes 30     # soak: rounds of heavier scenarios
 //! tidemark-chaos --profile short --seed 1234     # replay a failure (seeds are printed)
 //! tidemark-chaos --profile outage                # the broker down for 10 minutes mid-run

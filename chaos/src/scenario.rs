@@ -381,6 +381,21 @@ pub fn short_profile() -> Vec<Scenario> {
             faults: vec![Fault::RandomKills(3), Fault::Failpoints, Fault::AppendTwice],
             events: 6000,
         },
+        // Dedup entries folded into table files every few commits (a budget of 64 entries
+        // where the default is 524,288): kills land between a fold's ingest and its runs'
+        // deletion, and mid-fold (state/src/runs.rs).
+        Scenario {
+            name: "random-sigkills-while-folding-dedup-runs",
+            microbatch: false,
+            group: false,
+            snapshots: Snapshots::Off,
+            standbys: None,
+            fences: false,
+            args: &["--state-dedup-runs-max", "64"],
+            pods: 2,
+            faults: vec![Fault::RandomKills(3)],
+            events: 6000,
+        },
     ]
 }
 

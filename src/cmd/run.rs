@@ -87,6 +87,7 @@ pub fn run(args: RunArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     // Claimed below, once the broker check passed: a refused start claims nothing.
     let store_options = tidemark_state::StoreOptions {
         claim_later: true,
+        dedup_runs_max_entries: args.state_dedup_runs_max,
         ..stream::store_options(&topology, &args.group, args.state_memtable_mb.saturating_mul(1 << 20))
     };
     let owner = store_options.owner.clone();
