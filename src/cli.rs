@@ -234,7 +234,7 @@ pub struct RunArgs {
     #[arg(long, env = "TIDEMARK_STATE_MEMTABLE_MB", default_value_t = 64)]
     pub state_memtable_mb: usize,
     /// Recent dedup entries the state store keeps in memory, over every partition, before the
-    /// largest partition's are folded into a table file: ~33 bytes each (up to twice this
+    /// largest partition's are folded into a table file: ~25 bytes each (up to twice this
     /// while folds run), and every one not folded yet is read back at a restart. Smaller: less
     /// memory and a shorter restart, more and smaller files to compact.
     #[arg(long, env = "TIDEMARK_STATE_DEDUP_RUNS_MAX", default_value_t = tidemark_state::DEFAULT_DEDUP_RUNS_MAX_ENTRIES)]

@@ -118,6 +118,36 @@ fn backlog_age_rises_while_the_processor_is_paused_and_falls_to_zero_after_catch
     child.finish();
 }
 
+/// A small `--state-dedup-runs-max` makes the store fold its recent dedup entries into table
+/// files as it goes (the premise of chaos's `random-sigkills-while-folding-dedup-runs`): the
+/// folds are counted, none fails, and the maps' memory is published.
+#[test]
+fn a_small_dedup_runs_budget_folds_recent_dedup_entries_into_table_files_as_it_goes() {
+    let orders = unique("folds");
+    let t = topology(&orders, &unique("run-folds"));
+    create_topics(&t);
+    generate(&orders, &["--events", "3000", "--rate", "1000", "--seed", "8"]);
+    let state = tempfile::tempdir().expect("tmp");
+    let port = free_port();
+    let env =
+        [("TIDEMARK_HTTP_ADDR", format!("127.0.0.1:{port}")), ("TIDEMARK_STATE_DEDUP_RUNS_MAX", "64".to_string())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut child = scopeguard(spawn_run(&t, state.path(), &unique("g"), &env));
+    // The store's gauges and fold counts are published every 15 s.
+    let page = wait_for(Duration::from_secs(90), "every record processed and its folds counted", || {
+        let page = http("GET", port, "/metrics")?.1;
+        let n = metric(&page, "tidemark_records_total").first().map(|(_, v)| *v)?;
+        let folds = metric(&page, "tidemark_state_dedup_folds_total");
+        let done = folds.iter().find(|(l, _)| l.contains("result=\"done\"")).map(|(_, v)| *v)?;
+        (n >= 3000.0 && done > 0.0).then_some(page)
+    });
+    let failed = metric(&page, "tidemark_state_dedup_folds_total");
+    assert!(failed.iter().any(|(l, v)| l.contains("result=\"failed\"") && *v == 0.0), "no fold failed: {failed:?}");
+    let memory = metric(&page, "tidemark_state_memory_bytes");
+    assert!(memory.iter().any(|(l, _)| l.contains("kind=\"dedup_runs\"")), "the maps' memory is published: {memory:?}");
+    child.finish();
+}
+
 #[test]
 fn every_metric_the_chart_dashboard_and_alerts_use_exists_in_a_live_metrics_page() {
     let orders = unique("metrics");

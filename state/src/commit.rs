@@ -2,8 +2,8 @@
 //!
 //! A batch holds, for every partition that advanced: its new dedup entries (one run,
 //! [`crate::runs`]), the aggregates it changed or expired, and its checkpoint (input
-//! offset, watermark). RocksDB applies the batch atomically, so after a crash at any instant a partition's state and offsets are
-//! either both before or both after the commit.
+//! offset, watermark). RocksDB applies the batch atomically, so after a crash at any instant
+//! a partition's state and offsets are either both before or both after the commit.
 
 use std::sync::Arc;
 

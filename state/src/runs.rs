@@ -26,7 +26,7 @@
 //! same or later times, as a second put of a key did before.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
@@ -36,9 +36,31 @@ use std::thread::JoinHandle;
 pub(crate) const RUN_ENTRY_LEN: usize = 16 + 8;
 
 /// The entries of a map: hash of the event id → append time first seen.
-type Entries = HashMap<u128, i64, BuildHasherDefault<HashedKey>>;
+type Entries = HashMap<Key, i64, BuildHasherDefault<HashedKey>>;
 
-/// The keys are XXH3-128 hashes already: their low 64 bits are the map's hash.
+/// A 128-bit hash as two words: 24 bytes a slot with its time, where a `u128` key's
+/// 16-byte alignment made it 32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Key([u64; 2]);
+
+impl Key {
+    fn of(hash: u128) -> Key {
+        Key([(hash >> 64) as u64, hash as u64])
+    }
+
+    fn hash128(self) -> u128 {
+        (u128::from(self.0[0]) << 64) | u128::from(self.0[1])
+    }
+}
+
+impl Hash for Key {
+    /// The keys are XXH3-128 hashes already: their low 64 bits are the map's hash.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0[1]);
+    }
+}
+
+/// Passes [`Key`]'s word through.
 #[derive(Default)]
 pub(crate) struct HashedKey(u64);
 
@@ -53,8 +75,8 @@ impl Hasher for HashedKey {
         }
     }
 
-    fn write_u128(&mut self, key: u128) {
-        self.0 = key as u64;
+    fn write_u64(&mut self, word: u64) {
+        self.0 = word;
     }
 }
 
@@ -109,7 +131,7 @@ impl DedupRuns {
         }
         let mut inner = self.write();
         for (hash, ms) in decode(value) {
-            inner.active.insert(hash, ms);
+            inner.active.insert(Key::of(hash), ms);
         }
         inner.next_seq = inner.next_seq.max(seq + 1);
         inner.runs.push(seq);
@@ -131,7 +153,7 @@ impl DedupRuns {
         inner.runs.push(seq);
         inner.active.reserve(entries.len());
         for (hash, ms) in entries {
-            inner.active.insert(*hash, *ms);
+            inner.active.insert(Key::of(*hash), *ms);
         }
     }
 
@@ -150,7 +172,8 @@ impl DedupRuns {
             return;
         }
         for (hash, i) in asked {
-            let hit = inner.active.get(hash).or_else(|| frozen.and_then(|f| f.get(hash)));
+            let key = Key::of(*hash);
+            let hit = inner.active.get(&key).or_else(|| frozen.and_then(|f| f.get(&key)));
             if let Some(ms) = hit {
                 found[*i as usize] = Some(*ms);
             }
@@ -236,8 +259,8 @@ impl DedupRuns {
     pub(crate) fn bytes(&self) -> u64 {
         let inner = self.read();
         let slots = inner.active.capacity() + inner.folding.as_ref().map_or(0, |f| f.entries.capacity());
-        // An entry (u128, i64) is 32 bytes with its alignment, plus a control byte.
-        (slots as u64) * 33
+        // A slot: the key's two words and the time, plus a control byte.
+        (slots as u64) * 25
     }
 }
 
@@ -274,7 +297,7 @@ pub(crate) fn decode(value: &[u8]) -> impl Iterator<Item = (u128, i64)> + '_ {
 /// key order: what its table file holds.
 pub(crate) fn sorted_for_file(entries: &Entries, horizon: Option<i64>) -> Vec<(u128, i64)> {
     let mut out: Vec<(u128, i64)> =
-        entries.iter().filter(|(_, ms)| horizon.is_none_or(|h| **ms >= h)).map(|(h, ms)| (*h, *ms)).collect();
+        entries.iter().filter(|(_, ms)| horizon.is_none_or(|h| **ms >= h)).map(|(k, ms)| (k.hash128(), *ms)).collect();
     out.sort_unstable_by_key(|(hash, _)| *hash);
     out
 }
@@ -349,10 +372,22 @@ mod tests {
     }
 
     #[test]
+    fn a_key_keeps_every_bit_of_its_hash_and_hashes_by_the_low_word() {
+        for h in [0u128, 1, u128::MAX, 1 << 64, (1 << 64) - 1, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
+            let key = Key::of(h);
+            assert_eq!(key.hash128(), h);
+            let mut state = HashedKey::default();
+            key.hash(&mut state);
+            assert_eq!(state.finish(), h as u64);
+        }
+        assert_eq!(std::mem::size_of::<(Key, i64)>(), 24, "a slot without alignment padding");
+    }
+
+    #[test]
     fn a_file_holds_the_entries_in_key_order_without_those_below_the_horizon() {
         let mut entries = Entries::default();
         for (h, ms) in [(30u128, 300), (10, 100), (20, 200)] {
-            entries.insert(h, ms);
+            entries.insert(Key::of(h), ms);
         }
         assert_eq!(sorted_for_file(&entries, None), vec![(10, 100), (20, 200), (30, 300)]);
         assert_eq!(sorted_for_file(&entries, Some(200)), vec![(20, 200), (30, 300)]);

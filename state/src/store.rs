@@ -63,13 +63,13 @@ pub struct StoreOptions {
     /// once they no longer fit the cache), and larger memtables, so fewer level-0 files.
     pub scratch: bool,
     /// The recent dedup entries all partitions may hold in memory together before the
-    /// largest partition's are folded into a table file ([`crate::runs`]): ~33 bytes each
+    /// largest partition's are folded into a table file ([`crate::runs`]): ~25 bytes each
     /// there (up to twice the budget while folds run), and every one not folded yet is read
     /// back at open.
     pub dedup_runs_max_entries: usize,
 }
 
-/// [`StoreOptions::dedup_runs_max_entries`] unless set: ~17 MiB of maps, ~12 MB of runs read
+/// [`StoreOptions::dedup_runs_max_entries`] unless set: ~13–26 MiB of maps, ~12 MB of runs read
 /// back at open (where the memtables held the same entries in ~30 MB before runs).
 pub const DEFAULT_DEDUP_RUNS_MAX_ENTRIES: usize = 1 << 19;
 
