@@ -119,8 +119,8 @@ impl Store {
         let mut largest: Option<(usize, &PartCf)> = None;
         for cf in &parts {
             self.finish_fold(cf, false);
-            held += cf.runs.len();
-            let (active, folding) = cf.runs.active();
+            let (in_memory, active, folding) = cf.runs.held();
+            held += in_memory;
             if !folding && largest.is_none_or(|(n, _)| active > n) {
                 largest = Some((active, cf));
             }

@@ -157,10 +157,12 @@ impl DedupRuns {
         }
     }
 
-    /// Entries of the active map, and whether a fold is under way.
-    pub(crate) fn active(&self) -> (usize, bool) {
+    /// Entries held in memory (active and frozen), entries of the active map, and whether a
+    /// fold is under way: one look for [`crate::Store`]'s budget check after every commit.
+    pub(crate) fn held(&self) -> (usize, usize, bool) {
         let inner = self.read();
-        (inner.active.len(), inner.folding.is_some())
+        let frozen = inner.folding.as_ref().map_or(0, |f| f.entries.len());
+        (inner.active.len() + frozen, inner.active.len(), inner.folding.is_some())
     }
 
     /// Answers what the maps hold: `found[i]` for every `(hash, i)` of `asked` the active or
@@ -217,6 +219,11 @@ impl DedupRuns {
     /// The fold whose file is written, if any; with `wait`, waits for one under way. The
     /// frozen map keeps answering until [`DedupRuns::folded`] or [`DedupRuns::unfreeze`].
     pub(crate) fn take_finished(&self, wait: bool) -> Option<Finished> {
+        // Asked after every commit: a look under the read lock first, so lookups are not
+        // held up while nothing is ready.
+        if !wait && !self.read().folding.as_ref().is_some_and(|f| f.build.as_ref().is_some_and(|h| h.is_finished())) {
+            return None;
+        }
         let (handle, runs) = {
             let mut inner = self.write();
             let folding = inner.folding.as_mut()?;
